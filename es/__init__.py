@@ -1,0 +1,40 @@
+"""es: OpenAI evolution strategies in JAX.
+
+The whole run is compiled, the population is ``shard_map``ped over a device
+mesh, and only fitness scalars cross devices: every perturbation is rebuilt
+from shared keys, so results are bit-identical on any number of devices.
+
+    strategy = es.OpenES(popsize=256, sigma=0.05, optimizer=optax.adam(1e-2))
+    state = strategy.init(jax.random.key(0), params)
+    state, metrics = es.evolve(strategy, fitness_fn, state, 100, mesh=es.make_mesh())
+
+Importing ``es`` creates no JAX arrays and starts no backend.
+"""
+
+from es import shaping
+from es.collectives import Collective, CollectivesReport, collectives_report, compiled_generation_hlo
+from es.engine import METRIC_NAMES, evolve, generation_step
+from es.fitness import StatefulFitness
+from es.mesh import POPULATION_AXIS, make_mesh
+from es.noise import GaussianNoise, NoiseTable
+from es.strategy import OpenES, OpenESState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Collective",
+    "CollectivesReport",
+    "GaussianNoise",
+    "METRIC_NAMES",
+    "NoiseTable",
+    "OpenES",
+    "OpenESState",
+    "POPULATION_AXIS",
+    "StatefulFitness",
+    "collectives_report",
+    "compiled_generation_hlo",
+    "evolve",
+    "generation_step",
+    "make_mesh",
+    "shaping",
+]

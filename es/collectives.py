@@ -1,0 +1,166 @@
+"""What crosses devices: every collective in one compiled generation, with its bytes.
+
+``collectives_report`` compiles a single generation for a mesh (the same step
+``evolve`` scans) and reads the cross-device operations out of the optimised
+HLO, so the report shows what the compiler actually emits rather than what the
+code intends.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from typing import Callable, NamedTuple
+
+import jax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from es import engine
+from es.fitness import FitnessRef
+from es.strategy import OpenES, OpenESState
+
+COLLECTIVE_OPS = (
+    "all-gather",
+    "all-reduce",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "ragged-all-to-all",
+)
+
+_DTYPE_BYTES = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+    "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+}
+_ARRAY = re.compile(r"\b(pred|[suf]\d+|bf16|c64|c128)\[([0-9,]*)\]")
+_EXPLICIT_GROUPS = re.compile(r"replica_groups=\{(\{[0-9,]*\})")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[(\d+),(\d+)\]")
+_INSTRUCTION = re.compile(
+    r"=\s*(?P<type>.+?)\s+(?P<op>" + "|".join(COLLECTIVE_OPS) + r")(?P<start>-start)?\("
+)
+
+
+class Collective(NamedTuple):
+    """One collective: its HLO op, result type, result bytes and devices per group.
+
+    ``bytes`` is the size of the op's result (for an all-gather, the gathered
+    array every device ends up with). ``group_size`` is how many devices take
+    part in each group (``None`` when the HLO does not say); an op whose groups
+    hold a single device moves nothing between devices.
+    """
+
+    op: str
+    result: str
+    bytes: int
+    group_size: int | None = None
+
+    @property
+    def crosses_devices(self) -> bool:
+        return self.group_size != 1
+
+
+class CollectivesReport(NamedTuple):
+    """Every collective of one generation on ``num_devices`` devices."""
+
+    num_devices: int
+    collectives: tuple[Collective, ...]
+
+    @property
+    def crossing(self) -> tuple[Collective, ...]:
+        """The collectives that move data between devices."""
+        return tuple(c for c in self.collectives if c.crosses_devices)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of all cross-device collectives of one generation."""
+        return sum(c.bytes for c in self.crossing)
+
+    @property
+    def max_bytes(self) -> int:
+        """Bytes of the largest cross-device collective."""
+        return max((c.bytes for c in self.crossing), default=0)
+
+    def __str__(self) -> str:
+        lines = [f"collectives per generation on {self.num_devices} device(s):"]
+        for c in self.collectives:
+            where = "local (1 device per group)" if not c.crosses_devices else f"{c.group_size or '?'} devices"
+            lines.append(f"  {c.op:<14} {c.result:<24} {c.bytes:>14,d} bytes  {where}")
+        if not self.collectives:
+            lines.append("  (none)")
+        lines.append(f"  total crossing devices: {self.total_bytes:,d} bytes")
+        return "\n".join(lines)
+
+
+def _array_bytes(type_text: str) -> list[int]:
+    return [
+        _DTYPE_BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+        for dtype, dims in _ARRAY.findall(type_text)
+    ]
+
+
+def _group_size(line: str) -> int | None:
+    explicit = _EXPLICIT_GROUPS.search(line)
+    if explicit:
+        return len([d for d in explicit[1].strip("{}").split(",") if d])
+    iota = _IOTA_GROUPS.search(line)
+    if iota:
+        return int(iota[2])
+    return None
+
+
+def parse_collectives(hlo_text: str) -> tuple[Collective, ...]:
+    """Collectives in an HLO module's text, with the bytes of each result.
+
+    For asynchronous ``*-start`` ops (whose result tuple also holds the
+    operand) the last array of the tuple, the output, is counted.
+    """
+    found = []
+    for line in hlo_text.splitlines():
+        match = _INSTRUCTION.search(line)
+        if not match:
+            continue
+        sizes = _array_bytes(match["type"])
+        if not sizes:
+            continue
+        size = sizes[-1] if match["start"] else sum(sizes)
+        found.append(Collective(match["op"], match["type"].strip(), size, _group_size(line)))
+    return tuple(found)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _one_generation(strategy, fitness, mesh, state):
+    def step(state):
+        noise_aux = strategy.noise.prepare(engine.num_params(state.params))
+        return engine.generation_step(strategy, fitness, mesh, noise_aux, state)
+
+    return engine._shard_replicated(step, mesh)(state)
+
+
+def compiled_generation_hlo(
+    strategy: OpenES, fitness_fn: Callable, state: OpenESState, mesh: Mesh | None = None
+) -> str:
+    """Optimised HLO text of one generation of ``strategy`` on ``mesh``."""
+    mesh = engine.check_evolve_args(strategy, fitness_fn, state, 1, mesh)
+    state = jax.device_put(state, NamedSharding(mesh, P()))
+    lowered = _one_generation.lower(strategy, FitnessRef(fitness_fn), mesh, state)
+    return lowered.compile().as_text()
+
+
+def collectives_report(
+    strategy: OpenES, fitness_fn: Callable, state: OpenESState, mesh: Mesh | None = None
+) -> CollectivesReport:
+    """Every cross-device collective of one generation, with the bytes it moves.
+
+    Example::
+
+        report = es.collectives_report(strategy, fitness_fn, state, es.make_mesh(8))
+        print(report)            # one all-gather of f32[popsize] in "fitness" mode
+        assert report.max_bytes <= 4 * strategy.popsize + 64
+
+    On a one-device mesh XLA removes every collective, so the report is empty.
+    """
+    hlo = compiled_generation_hlo(strategy, fitness_fn, state, mesh)
+    return CollectivesReport(engine.resolve_mesh(mesh).size, parse_collectives(hlo))

@@ -1,0 +1,103 @@
+"""Fitness functions the engine accepts, and their checks.
+
+A plain fitness function evaluates one member::
+
+    fitness_fn(params, key) -> scalar        # higher is better when maximize=True
+
+A ``StatefulFitness`` also carries state shared by the whole population, such
+as running observation statistics (Salimans et al. 2017). Each member returns
+small per-member statistics; the engine gathers them for the whole population
+in member order (``popsize x stats`` floats, the only non-fitness exchange) and
+every device folds them into the state with ``update`` in the same fixed order,
+so results stay independent of the device count.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+
+class StatefulFitness(NamedTuple):
+    """A fitness with population-wide state (e.g. observation normalisation).
+
+    Attributes:
+      init: ``() -> fitness_state``, the initial state (a pytree of arrays).
+      evaluate: ``(params, key, fitness_state) -> (fitness, stats)`` for one
+        member: a scalar and a pytree of small arrays.
+      update: ``(fitness_state, stats) -> fitness_state`` where every leaf of
+        ``stats`` has a leading ``popsize`` axis in member order.
+    """
+
+    init: Callable[[], PyTree]
+    evaluate: Callable[[PyTree, jax.Array, PyTree], tuple[jax.Array, PyTree]]
+    update: Callable[[PyTree, PyTree], PyTree]
+
+    def __call__(self, params: PyTree, key: jax.Array) -> jax.Array:
+        """Fitness of ``params`` under the initial state (for standalone evaluation)."""
+        return self.evaluate(params, key, self.init())[0]
+
+
+class FitnessRef:
+    """Hashable handle on a user fitness function, usable as a jit static argument.
+
+    Two handles are equal when they wrap the same function (bound methods of
+    the same object count as the same), whether or not the function itself is
+    hashable, so repeated ``evolve`` calls reuse one compilation.
+    """
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        owner = getattr(fn, "__self__", None)
+        func = getattr(fn, "__func__", None)
+        if owner is not None and func is not None:
+            self._key = ("method", id(owner), func)
+        else:
+            try:
+                hash(fn)
+                self._key = ("fn", fn)
+            except TypeError:
+                self._key = ("id", id(fn))
+        self.stateful = isinstance(fn, StatefulFitness)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, FitnessRef) and self._key == other._key
+
+    def evaluate(self, params: PyTree, key: jax.Array, fitness_state: PyTree):
+        """``(fitness float32[], stats)`` of one member."""
+        if self.stateful:
+            fitness, stats = self.fn.evaluate(params, key, fitness_state)
+        else:
+            fitness, stats = self.fn(params, key), ()
+        return jnp.asarray(fitness, jnp.float32), stats
+
+
+def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):
+    """Trace ``fn`` on abstract inputs and raise ``TypeError`` unless it gives a real scalar."""
+    if isinstance(fn, StatefulFitness):
+        out = jax.eval_shape(fn.evaluate, params, key, fitness_state)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(
+                "StatefulFitness.evaluate must return (fitness, stats); got "
+                f"{jax.tree.map(lambda x: x.shape, out)}."
+            )
+        out = out[0]
+        where = "StatefulFitness.evaluate(params, key, fitness_state)[0]"
+    else:
+        out = jax.eval_shape(fn, params, key)
+        where = "fitness_fn(params, key)"
+    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != ():
+        got = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", out)
+        raise TypeError(
+            f"{where} must return a scalar (shape ()), got {got}. "
+            "Reduce it to one number per member, e.g. jnp.sum(rewards) or loss.mean()."
+        )
+    if not (jnp.issubdtype(out.dtype, jnp.floating) or jnp.issubdtype(out.dtype, jnp.integer)):
+        raise TypeError(f"{where} must return a real number, got dtype {out.dtype}.")

@@ -1,0 +1,29 @@
+"""Test setup: 8 emulated CPU devices, set before JAX creates its backend."""
+
+import chex
+
+chex.set_n_cpu_devices(8)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import pytest  # noqa: E402
+
+NUM_DEVICES = 8
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _eight_devices():
+    assert jax.device_count() == NUM_DEVICES, "tests need 8 emulated CPU devices"
+    yield
+
+
+def sphere(params, key):
+    """Negated squared norm of any pytree (maximised at 0)."""
+    del key
+    return -sum(jnp.sum(x**2) for x in jax.tree.leaves(params))
+
+
+def rastrigin(x, key):
+    """Negated Rastrigin function (maximum 0 at x = 0)."""
+    del key
+    return -(10.0 * x.size + jnp.sum(x**2 - 10.0 * jnp.cos(2 * jnp.pi * x)))

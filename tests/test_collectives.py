@@ -1,0 +1,54 @@
+"""Only fitness scalars cross devices, read from the compiled HLO."""
+
+import jax
+import jax.numpy as jnp
+from conftest import sphere
+
+import es
+
+CONSTANT_BYTES = 64
+
+
+def test_only_fitness_scalars_cross_devices_with_100k_params_on_8_devices():
+    strategy = es.OpenES(popsize=64, sigma=0.1)
+    params = {"w": jnp.zeros((250, 400)), "b": jnp.zeros(10)}  # 100,010 params
+    state = strategy.init(jax.random.key(0), params)
+    report = es.collectives_report(strategy, sphere, state, es.make_mesh(8))
+    assert report.num_devices == 8
+    assert len(report.collectives) >= 1, "the fitness exchange must appear"
+    assert report.max_bytes <= strategy.popsize * 4 + CONSTANT_BYTES, str(report)
+    assert report.total_bytes <= strategy.popsize * 4 + CONSTANT_BYTES, str(report)
+    assert "all-gather" in {c.op for c in report.collectives}
+
+
+def test_gradient_exchange_moves_a_params_sized_vector():
+    strategy = es.OpenES(popsize=64, sigma=0.1, exchange="gradient")
+    state = strategy.init(jax.random.key(0), jnp.zeros(10_000))
+    report = es.collectives_report(strategy, sphere, state, es.make_mesh(8))
+    assert report.max_bytes >= 10_000 * 4
+    assert "all-reduce" in {c.op for c in report.collectives}
+
+
+def test_one_device_has_no_collectives():
+    strategy = es.OpenES(popsize=16, sigma=0.1)
+    state = strategy.init(jax.random.key(0), jnp.zeros(100))
+    report = es.collectives_report(strategy, sphere, state)
+    assert report.crossing == () and report.total_bytes == 0, str(report)
+
+
+def test_parse_collectives_reads_sync_and_async_ops():
+    hlo = """
+  %all-gather.1 = f32[256]{0} all-gather(f32[32]{0} %x), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}
+  %ars = (f32[10]{0}, f32[80]{0}) all-gather-start(f32[10]{0} %y), replica_groups={{0,1},{2,3}}, dimensions={0}
+  %agd = f32[80]{0} all-gather-done((f32[10]{0}, f32[80]{0}) %ars)
+  %all-reduce.2 = (f32[3]{0}, s32[]) all-reduce(f32[3]{0} %a, s32[] %b), replica_groups={{0}}, to_apply=%sum
+  %add.3 = f32[3]{0} add(f32[3]{0} %a, f32[3]{0} %a)
+"""
+    found = es.collectives.parse_collectives(hlo)
+    assert [(c.op, c.bytes, c.group_size) for c in found] == [
+        ("all-gather", 1024, 8),
+        ("all-gather", 320, 2),
+        ("all-reduce", 16, 1),
+    ]
+    report = es.CollectivesReport(8, found)
+    assert report.total_bytes == 1024 + 320 and report.max_bytes == 1024
