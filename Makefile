@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m experiments.demo
+	$(PY) -m experiments.train experiments/configs/demo.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q
