@@ -121,7 +121,8 @@ def run(
     """Run ``strategy`` until ``num_generations`` generations, in segments.
 
     Args:
-      strategy, fitness_fn, mesh: as for ``es.evolve``.
+      strategy: as for ``es.evolve``.
+      fitness_fn: as for ``es.evolve``.
       state: the state the run starts from (``strategy.init(...)``). When
         resuming it must be the same initial state: it gives the structure
         the checkpoint is restored into, and its digest is checked against
@@ -140,6 +141,7 @@ def run(
       resume: continue from the latest checkpoint in ``run_dir`` (a fresh
         start if there is none). Without it, a ``run_dir`` that already holds
         checkpoints or log lines is refused rather than overwritten.
+      mesh: as for ``es.evolve``.
       progress: show a tqdm progress bar on stderr (process 0 only).
       description: the progress bar's label.
       handle_signals: on SIGTERM/SIGINT finish the segment, checkpoint and
