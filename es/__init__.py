@@ -8,10 +8,12 @@ from shared keys, so results are bit-identical on any number of devices.
     state = strategy.init(jax.random.key(0), params)
     state, metrics = es.evolve(strategy, fitness_fn, state, 100, mesh=es.make_mesh())
 
-Importing ``es`` creates no JAX arrays and starts no backend.
+Importing ``es`` creates no JAX arrays and starts no backend, so
+``es.distributed.initialize()`` can follow it; after that ``es.make_mesh()``
+spans every process's devices (``docs/distributed.md``, ``python -m es.launch``).
 """
 
-from es import shaping
+from es import distributed, shaping
 from es.collectives import Collective, CollectivesReport, collectives_report, compiled_generation_hlo
 from es.engine import METRIC_NAMES, evolve, generation_step
 from es.fitness import StatefulFitness
@@ -33,6 +35,7 @@ __all__ = [
     "StatefulFitness",
     "collectives_report",
     "compiled_generation_hlo",
+    "distributed",
     "evolve",
     "generation_step",
     "make_mesh",
