@@ -20,6 +20,10 @@ The job never hangs on a failed process:
   others after ``--heartbeat-timeout`` seconds without a heartbeat;
 - anything else (e.g. a rank stuck in an endless Python loop): ``--timeout``.
 
+SIGTERM or Ctrl-C to the launcher stops every rank the same way (exit 143 or
+130); if the launcher itself is killed, the ranks get SIGKILL from the kernel
+(``PR_SET_PDEATHSIG``).
+
 Pass ``--cpus-per-process K`` to pin each process to its own K cores (CPU
 affinity, and ``NPROC=K`` for XLA's thread pools), so that XLA's intra-op
 threads of different processes do not compete for the same cores.
@@ -142,8 +146,18 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
         proc.wait()
 
 
+class _Terminated(Exception):
+    """The launcher itself received SIGTERM (e.g. from a scheduler)."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
 def launch(args: argparse.Namespace) -> int:
     """Start the ranks, relay their output, and return the job's exit status."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
     port = args.port or free_loopback_port()
     lock = threading.Lock()
     say = lambda message: _say(lock, message)  # noqa: E731
@@ -227,6 +241,10 @@ def _supervise(args, procs, marker_dir, say) -> int:
         say("es.launch: interrupted; stopping every process.")
         _stop(procs, args.kill_grace)
         return 130
+    except _Terminated:
+        say("es.launch: received SIGTERM; stopping every process.")
+        _stop(procs, args.kill_grace)
+        return 128 + signal.SIGTERM
 
 
 def _positive_int(text: str) -> int:

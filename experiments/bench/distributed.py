@@ -110,7 +110,7 @@ def child_throughput(workload: str, popsize: int, generations: int, repeats: int
         seconds.append(time.perf_counter() - start)
     return {
         "workload": workload,
-        "popsize": popsize,
+        "popsize": strategy.popsize,
         "generations": generations,
         "processes": group.num_processes,
         "devices": mesh.size,
