@@ -43,6 +43,7 @@ from jax.sharding import Mesh
 from es.checkpoint import (
     CheckpointError, Checkpointer, describe_difference, save_params, state_digest, to_numpy,
 )
+from es.distributed import is_writer
 from es.engine import evolve
 from es.metrics_log import MetricsLog
 from es.strategy import OpenES, OpenESState
@@ -51,15 +52,6 @@ LOG_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"
 PARAMS_NAME = "params.npz"
 TIME_NAME = "time_s"
-
-
-def is_writer() -> bool:
-    """Whether this process writes logs, checkpoints and plots: process 0 only.
-
-    Every writing decision of ``es.run`` and the experiment scripts goes
-    through this function.
-    """
-    return jax.process_index() == 0
 
 
 class RunResult(NamedTuple):
