@@ -149,7 +149,7 @@ def initialize(
     if coordinator_bind_address is None and coordinator_address is not None and _is_loopback(coordinator_address):
         coordinator_bind_address = coordinator_address
     _check_backend_not_started()
-    _mark_launch("initializing")
+    mark_launch("initializing")
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
         num_processes=num_processes,
@@ -163,7 +163,7 @@ def initialize(
         heartbeat_timeout_seconds=_timeout(heartbeat_timeout, ENV_HEARTBEAT_TIMEOUT, DEFAULT_HEARTBEAT_TIMEOUT),
         shutdown_timeout_seconds=_timeout(shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT),
     )
-    _mark_launch("connected")
+    mark_launch("connected")
     return ProcessGroup(jax.process_index(), jax.process_count(), coordinator_address, source)
 
 
@@ -312,7 +312,7 @@ def _timeout(value: int | None, env_name: str, default: int) -> int:
     return int(text)
 
 
-def _mark_launch(stage: str) -> None:
+def mark_launch(stage: str) -> None:
     """Tell ``es.launch`` (if it started us) that this rank reached ``stage``."""
     directory = os.environ.get(ENV_LAUNCH_DIR)
     if directory and os.path.isdir(directory):
@@ -340,6 +340,41 @@ def is_writer() -> bool:
     results, so exactly one of them writes.
     """
     return process_index() == 0
+
+
+# --------------------------------------------------------------------------- host agreement
+
+# How long a process waits in ``all_processes`` for the others (they may be a whole segment behind).
+# A dead peer does not make it wait this long: JAX's heartbeats end the job first.
+AGREEMENT_TIMEOUT_S = 24 * 3600
+
+
+def all_processes(name: str, value: str = "", timeout_s: float = AGREEMENT_TIMEOUT_S) -> list[str]:
+    """Every process's ``value`` for ``name``, in process order (``[value]`` in a single process).
+
+    A barrier that also exchanges one short string per process, through JAX's
+    coordination service (its key-value store, over the network to process
+    0): host-only, so it neither waits for nor reorders device work. Every
+    process must call it with the same ``name``, and each ``name`` once per
+    run of the job. Raises ``RuntimeError`` after ``timeout_s`` seconds.
+    """
+    if process_count() == 1:
+        return [value]
+    from jax._src import distributed as jax_distributed
+
+    client = jax_distributed.global_state.client
+    rank, count = process_index(), process_count()
+    prefix = f"es/{name}/"
+    try:
+        client.key_value_set(f"{prefix}{rank}", value)
+        client.wait_at_barrier(f"es-barrier/{name}", int(timeout_s * 1000))
+        entries = dict(client.key_value_dir_get(prefix))
+    except Exception as error:  # jaxlib raises its own runtime error types
+        raise RuntimeError(
+            f"es.distributed.all_processes({name!r}): the {count} processes did not all arrive within "
+            f"{timeout_s:g} s, or one of them failed: {error}"
+        ) from error
+    return [entries[f"{prefix}{r}"] for r in range(count)]
 
 
 # --------------------------------------------------------------------------- global arrays

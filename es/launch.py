@@ -20,9 +20,15 @@ The job never hangs on a failed process:
   others after ``--heartbeat-timeout`` seconds without a heartbeat;
 - anything else (e.g. a rank stuck in an endless Python loop): ``--timeout``.
 
-SIGTERM or Ctrl-C to the launcher stops every rank the same way (exit 143 or
-130); if the launcher itself is killed, the ranks get SIGKILL from the kernel
-(``PR_SET_PDEATHSIG``).
+SIGTERM or Ctrl-C (SIGINT) to the launcher is passed on, once, to every rank
+(the ranks run in their own process group, so a terminal's Ctrl-C reaches
+them only through the launcher). Ranks inside ``es.run`` finish the segment in
+progress, process 0 checkpoints it, and they exit; the launcher waits up to
+``--stop-timeout`` seconds for that (``--kill-grace`` if some rank is not in
+``es.run``, where JAX's own SIGTERM handler would ignore the signal), then
+sends SIGKILL. A second signal to the launcher sends SIGKILL at once. It exits
+0 if every rank did, else 128 + the signal (143 or 130). If the launcher
+itself is killed, the ranks get SIGKILL from the kernel (``PR_SET_PDEATHSIG``).
 
 Pass ``--cpus-per-process K`` to pin each process to its own K cores (CPU
 affinity, and ``NPROC=K`` for XLA's thread pools), so that XLA's intra-op
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -49,6 +56,8 @@ DEFAULT_INITIALIZATION_TIMEOUT = 60
 DEFAULT_HEARTBEAT_TIMEOUT = 20
 DEFAULT_SHUTDOWN_TIMEOUT = 30
 DEFAULT_KILL_GRACE = 5.0
+DEFAULT_STOP_TIMEOUT = 60.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PR_SET_PDEATHSIG = 1
 
 
@@ -91,9 +100,10 @@ def rank_cpus(rank: int, cpus_per_process: int | None) -> list[int] | None:
 
 
 def _child_setup(cpus: list[int] | None):
-    """Runs in the child before exec: die with the launcher; pin to ``cpus``."""
+    """Runs in the child before exec: own process group; die with the launcher; pin to ``cpus``."""
 
     def setup():
+        os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the launcher only, which passes it on once
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         except (OSError, AttributeError):
@@ -104,12 +114,33 @@ def _child_setup(cpus: list[int] | None):
     return setup
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
 def _pump(stream, out, prefix: bytes, lock: threading.Lock) -> None:
-    """Copy ``stream`` to ``out`` line by line, each line prefixed with its rank."""
-    for line in iter(stream.readline, b""):
-        with lock:
-            out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
-            out.flush()
+    """Copy ``stream`` to ``out`` line by line, each line prefixed with its rank.
+
+    A line ends at ``\n`` or at ``\r`` (a progress bar redrawing itself), and is written whole, so the
+    lines of different ranks never mix.
+    """
+    pending = b""
+    while True:
+        chunk = stream.read1(65536)
+        pending += chunk
+        lines = []
+        while (match := _LINE_END.search(pending)) and (match.end() < len(pending) or not chunk
+                                                         or match.group() != b"\r"):
+            lines.append(prefix + pending[:match.end()])  # a lone "\r" at the end may be half of "\r\n"
+            pending = pending[match.end():]
+        if not chunk and pending:
+            lines.append(prefix + pending + b"\n")
+            pending = b""
+        if lines:
+            with lock:
+                out.write(b"".join(lines))
+                out.flush()
+        if not chunk:
+            break
     stream.close()
 
 
@@ -146,18 +177,34 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
         proc.wait()
 
 
-class _Terminated(Exception):
-    """The launcher itself received SIGTERM (e.g. from a scheduler)."""
+class _Signals:
+    """The SIGTERM/SIGINT the launcher received, in order (handlers only record them)."""
 
+    def __init__(self):
+        self.received: list[int] = []
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._record)
 
-def _raise_terminated(signum, frame):
-    raise _Terminated()
+    def _record(self, signum, frame):
+        self.received.append(signum)
+
+    def restore(self):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def launch(args: argparse.Namespace) -> int:
     """Start the ranks, relay their output, and return the job's exit status."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
+    signals = _Signals()
+    try:
+        return _launch(args, signals)
+    finally:
+        signals.restore()
+
+
+def _launch(args: argparse.Namespace, signals: _Signals) -> int:
     port = args.port or free_loopback_port()
     lock = threading.Lock()
     say = lambda message: _say(lock, message)  # noqa: E731
@@ -185,7 +232,7 @@ def launch(args: argparse.Namespace) -> int:
                 pump = threading.Thread(target=_pump, args=(stream, out, prefix, lock), daemon=True)
                 pump.start()
                 pumps.append(pump)
-        status = _supervise(args, procs, marker_dir, say)
+        status = _supervise(args, procs, marker_dir, say, signals)
         for pump in pumps:
             pump.join(timeout=2.0)
     return status
@@ -197,54 +244,76 @@ def _say(lock: threading.Lock, message: str) -> None:
         sys.stderr.buffer.flush()
 
 
-def _supervise(args, procs, marker_dir, say) -> int:
+def _supervise(args, procs, marker_dir, say, signals) -> int:
     start = time.monotonic()
     first_initializing = None
-    try:
-        while True:
-            codes = [proc.poll() for proc in procs]
-            failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
-            if failed:
-                rank = failed[0]
-                missing = sorted(set(range(args.processes)) - _markers(marker_dir, "initializing", args.processes))
-                note = ""
-                if missing and len(missing) < args.processes:
-                    note = f" (rank(s) {missing} never reached es.distributed.initialize)"
-                say(f"es.launch: rank {rank} (pid {procs[rank].pid}) {describe_exit(codes[rank])}{note}; "
-                    f"stopping the other {sum(c is None for c in codes)} process(es).")
+    while True:
+        if signals.received:
+            return _pass_on_stop(args, procs, marker_dir, say, signals)
+        codes = [proc.poll() for proc in procs]
+        failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            rank = failed[0]
+            missing = sorted(set(range(args.processes)) - _markers(marker_dir, "initializing", args.processes))
+            note = ""
+            if missing and len(missing) < args.processes:
+                note = f" (rank(s) {missing} never reached es.distributed.initialize)"
+            say(f"es.launch: rank {rank} (pid {procs[rank].pid}) {describe_exit(codes[rank])}{note}; "
+                f"stopping the other {sum(c is None for c in codes)} process(es).")
+            _stop(procs, args.kill_grace)
+            return exit_status(codes[rank])
+        if all(code == 0 for code in codes):
+            return 0
+        now = time.monotonic()
+        started = _markers(marker_dir, "initializing", args.processes)
+        if started and first_initializing is None:
+            first_initializing = now
+        if first_initializing is not None and now - first_initializing > args.initialization_timeout + 5:
+            connected = _markers(marker_dir, "connected", args.processes)
+            if len(connected) < args.processes:
+                missing = sorted(set(range(args.processes)) - started)
+                who = f"rank(s) {missing} never reached" if missing else "not every rank completed"
+                say(f"es.launch: {who} es.distributed.initialize within "
+                    f"{args.initialization_timeout} s; stopping all {args.processes} processes.")
                 _stop(procs, args.kill_grace)
-                return exit_status(codes[rank])
-            if all(code == 0 for code in codes):
-                return 0
-            now = time.monotonic()
-            started = _markers(marker_dir, "initializing", args.processes)
-            if started and first_initializing is None:
-                first_initializing = now
-            if first_initializing is not None and now - first_initializing > args.initialization_timeout + 5:
-                connected = _markers(marker_dir, "connected", args.processes)
-                if len(connected) < args.processes:
-                    missing = sorted(set(range(args.processes)) - started)
-                    who = f"rank(s) {missing} never reached" if missing else "not every rank completed"
-                    say(f"es.launch: {who} es.distributed.initialize within "
-                        f"{args.initialization_timeout} s; stopping all {args.processes} processes.")
-                    _stop(procs, args.kill_grace)
-                    return 1
-                first_initializing = float("inf")  # everyone connected: no more checks
-            if args.timeout is not None and now - start > args.timeout:
-                running = [rank for rank, code in enumerate(codes) if code is None]
-                say(f"es.launch: --timeout {args.timeout} s reached with rank(s) {running} still running; "
-                    "stopping them.")
-                _stop(procs, args.kill_grace)
-                return 124
-            time.sleep(POLL_SECONDS)
-    except KeyboardInterrupt:
-        say("es.launch: interrupted; stopping every process.")
-        _stop(procs, args.kill_grace)
-        return 130
-    except _Terminated:
-        say("es.launch: received SIGTERM; stopping every process.")
-        _stop(procs, args.kill_grace)
-        return 128 + signal.SIGTERM
+                return 1
+            first_initializing = float("inf")  # everyone connected: no more checks
+        if args.timeout is not None and now - start > args.timeout:
+            running = [rank for rank, code in enumerate(codes) if code is None]
+            say(f"es.launch: --timeout {args.timeout} s reached with rank(s) {running} still running; "
+                "stopping them.")
+            _stop(procs, args.kill_grace)
+            return 124
+        time.sleep(POLL_SECONDS)
+
+
+def _pass_on_stop(args, procs, marker_dir, say, signals) -> int:
+    """Send the launcher's first SIGTERM/SIGINT to every rank once; wait for them; SIGKILL what is left."""
+    signum = signals.received[0]
+    live = [rank for rank, proc in enumerate(procs) if proc.poll() is None]
+    stoppable = _markers(marker_dir, "stoppable", args.processes)
+    wait = args.stop_timeout if set(live) <= stoppable else args.kill_grace
+    how = ("they finish their es.run segment and checkpoint" if set(live) <= stoppable
+           else "not every rank is in es.run")
+    say(f"es.launch: received {signal.Signals(signum).name}; passing it on to rank(s) {live} ({how}; "
+        f"SIGKILL after {wait:g} s, or at once on a second signal).")
+    for rank in live:
+        try:
+            os.kill(procs[rank].pid, signum)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + wait
+    while any(proc.poll() is None for proc in procs):
+        if len(signals.received) > 1 or time.monotonic() > deadline:
+            left = [rank for rank, proc in enumerate(procs) if proc.poll() is None]
+            why = "a second signal" if len(signals.received) > 1 else f"still running after {wait:g} s"
+            say(f"es.launch: {why}: SIGKILL to rank(s) {left}.")
+            for rank in left:
+                procs[rank].kill()
+            break
+        time.sleep(POLL_SECONDS)
+    codes = [proc.wait() for proc in procs]
+    return 0 if all(code == 0 for code in codes) else 128 + signum
 
 
 def _positive_int(text: str) -> int:
@@ -278,6 +347,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds a finished rank waits for the others at exit (default %(default)s)")
     parser.add_argument("--kill-grace", type=_positive_float, default=DEFAULT_KILL_GRACE,
                         help="seconds between SIGTERM and SIGKILL when stopping ranks (default %(default)s)")
+    parser.add_argument("--stop-timeout", type=_positive_float, default=DEFAULT_STOP_TIMEOUT,
+                        help="seconds ranks in es.run get to checkpoint and exit after the launcher passes on "
+                             "SIGTERM/SIGINT, before SIGKILL (default %(default)s)")
     parser.add_argument("--timeout", type=_positive_float, default=None,
                         help="wall-clock limit of the whole job in seconds (exit 124); default none")
     parser.add_argument("--port", type=int, default=None, help="coordinator port on 127.0.0.1 (default: a free one)")

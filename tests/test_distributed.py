@@ -216,22 +216,92 @@ def test_a_peer_that_never_initializes_ends_the_job_within_the_initialization_ti
     assert elapsed < timeout + 5 + KILL_GRACE + 10, f"took {elapsed:.1f} s"
 
 
-def test_processes_passing_different_states_get_a_clear_error():
+def test_processes_with_different_states_or_checkpoints_get_a_clear_error(tmp_path):
     script = (
+        "import sys\n"
         "import es\n"
         "es.distributed.initialize()\n"
         "import jax, jax.numpy as jnp\n"
         "strategy = es.OpenES(popsize=8, sigma=0.1)\n"
+        "f = lambda x, k: -jnp.sum(x * x)\n"
         "state = strategy.init(jax.random.key(0), jnp.ones(4) * jax.process_index())  # differs per process\n"
         "try:\n"
-        "    es.evolve(strategy, lambda x, k: -jnp.sum(x * x), state, 1, mesh=es.make_mesh())\n"
+        "    es.evolve(strategy, f, state, 1, mesh=es.make_mesh())\n"
         "except ValueError as error:\n"
         "    print('refused:', error)\n"
+        "state, run_dir = strategy.init(jax.random.key(0), jnp.ones(4)), sys.argv[1]\n"
+        "kwargs = dict(segment=2, mesh=es.make_mesh(), progress=False)\n"
+        "es.run(strategy, f, state, 2, run_dir=run_dir, **kwargs)  # process 0 writes, generation 2\n"
+        "mine = run_dir if jax.process_index() == 0 else run_dir + '-unshared'  # process 1 sees no checkpoint\n"
+        "try:\n"
+        "    es.run(strategy, f, state, 4, run_dir=mine, resume=True, **kwargs)\n"
+        "except es.CheckpointError as error:\n"
+        "    print('refused:', error)\n"
+        "result = es.run(strategy, f, state, 4, run_dir=run_dir, resume=True, **kwargs)\n"
+        "print('resumed to', int(result.state.generation), 'params', es.distributed.fetch(result.state.params))\n"
     )
+    run_dir = tmp_path / "run"
     proc = subprocess.run(
         launcher("--processes", "2", "--devices-per-process", "1", "--timeout", str(CHILD_TIMEOUT),
-                 "--", sys.executable, "-c", script),
+                 "--", sys.executable, "-c", script, str(run_dir)),
         env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=CHILD_TIMEOUT + 10)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    resumed = {}
     for rank in (0, 1):
         assert f"[rank {rank}] refused: es.evolve: processes [1] hold a different state" in proc.stdout, proc.stdout
+        assert (f"[rank {rank}] refused: the processes would start {run_dir}{'-unshared' if rank else ''} from "
+                "different generations ([2, 0], in process order)") in proc.stdout, proc.stdout
+        resumed[rank] = [line for line in proc.stdout.splitlines() if line.startswith(f"[rank {rank}] resumed to 4")]
+        assert len(resumed[rank]) == 1, proc.stdout
+    assert resumed[0][0][len("[rank 0]"):] == resumed[1][0][len("[rank 1]"):]  # the same params on both
+    assert not (tmp_path / "run-unshared").exists(), "process 1 wrote"
+    assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir()) == [2, 4]
+
+
+STOP_SCRIPT = """
+import os, signal, sys, time
+rank, got = os.environ["ES_PROCESS_ID"], []
+for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, lambda s, f: got.append(s))
+if sys.argv[1] == "stoppable":  # the marker es.run leaves when it installs its handlers
+    open(os.path.join(os.environ["ES_LAUNCH_DIR"], "stoppable." + rank), "w").close()
+print("ready", flush=True)
+while not got:
+    time.sleep(0.01)
+if sys.argv[1] == "ignores":  # as JAX's own SIGTERM handler does outside es.run
+    time.sleep(600)
+time.sleep(1.5)  # finishing a segment: longer than the kill grace
+print("stopping after", [signal.Signals(s).name for s in got], flush=True)
+sys.exit(128 + got[0])
+"""
+
+
+@pytest.mark.parametrize("rank_kind, signum", [("stoppable", signal.SIGINT), ("ignores", signal.SIGTERM)],
+                         ids=["stoppable-SIGINT", "ignores-SIGTERM"])
+def test_launcher_passes_a_stop_signal_on_once_and_waits_only_for_ranks_that_stop_cleanly(rank_kind, signum):
+    grace = 0.5
+    proc = subprocess.Popen(
+        launcher("--processes", "2", "--kill-grace", str(grace), "--stop-timeout", "30", "--timeout", "60",
+                 "--", sys.executable, "-c", STOP_SCRIPT, rank_kind),
+        env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # its own process group, as a terminal job: Ctrl-C goes to the whole group
+    try:
+        ready = [proc.stdout.readline() for _ in range(2)]
+        assert all(line.endswith("ready\n") for line in ready), ready
+        start = time.monotonic()
+        os.killpg(proc.pid, signum)  # what Ctrl-C (SIGINT) or a scheduler's kill of the job does
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signum, err
+    assert f"received {signal.Signals(signum).name}; passing it on to rank(s) [0, 1]" in err, err
+    if rank_kind == "stoppable":  # each rank got the signal exactly once, and the launcher waited for them
+        for rank in (0, 1):
+            assert f"[rank {rank}] stopping after ['{signal.Signals(signum).name}']" in out, out
+        assert 1.5 < elapsed < 10, elapsed
+        assert "SIGKILL to" not in err
+    else:  # a rank outside es.run that ignores it is killed after the kill grace
+        assert "still running after 0.5 s: SIGKILL to rank(s) [0, 1]" in err, err
+        assert elapsed < grace + 3, elapsed
