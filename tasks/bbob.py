@@ -97,7 +97,7 @@ def _random_rotation(rng: np.random.Generator, d: int) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
-class BBOBTask:
+class BBOBTask(functions.BoxMinimisation):
     """A shifted (and optionally rotated) benchmark function; fitness ``-f(x)``, maximum 0.
 
     Attributes:
@@ -129,15 +129,6 @@ class BBOBTask:
         x_opt, r, q = self._constants
         z = x - jnp.asarray(x_opt)
         return BBOB_FUNCTIONS[self.name](z, jnp.asarray(r), jnp.asarray(q))
-
-    def init_params(self, key: jax.Array) -> jax.Array:
-        """float32[dim], uniform in the search box ``[-5, 5]^dim``."""
-        return jax.random.uniform(key, (self.dim,), jnp.float32, self.lower, self.upper)
-
-    def fitness(self, params: jax.Array, key: jax.Array) -> jax.Array:
-        """``-function(params)`` (float32 scalar); ``key`` is unused."""
-        del key
-        return -self.function(params)
 
     def optimum(self) -> np.ndarray:
         """float32[dim], the minimiser ``x_opt``."""

@@ -122,8 +122,24 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 
 
+class BoxMinimisation:
+    """What every benchmark task shares: start uniformly in ``[lower, upper]^dim``, fitness ``-function``.
+
+    Subclasses provide ``function``, ``dim``, ``lower`` and ``upper``.
+    """
+
+    def init_params(self, key: jax.Array) -> jax.Array:
+        """float32[dim], uniform in the search box."""
+        return jax.random.uniform(key, (self.dim,), jnp.float32, self.lower, self.upper)
+
+    def fitness(self, params: jax.Array, key: jax.Array) -> jax.Array:
+        """``-function(params)`` (float32 scalar); ``key`` is unused."""
+        del key
+        return -self.function(params)
+
+
 @dataclasses.dataclass(frozen=True)
-class FunctionTask:
+class FunctionTask(BoxMinimisation):
     """Minimise ``function`` over ``[lower, upper]^dim``; fitness ``-function(x)``.
 
     A frozen, hashable config: pass ``task.fitness`` straight to ``es.evolve``.
@@ -144,15 +160,6 @@ class FunctionTask:
     upper: float
     argmin: float = 0.0
     min_per_dim: float = 0.0
-
-    def init_params(self, key: jax.Array) -> jax.Array:
-        """float32[dim], uniform in the search box."""
-        return jax.random.uniform(key, (self.dim,), jnp.float32, self.lower, self.upper)
-
-    def fitness(self, params: jax.Array, key: jax.Array) -> jax.Array:
-        """``-function(params)`` (float32 scalar); ``key`` is unused."""
-        del key
-        return -self.function(params)
 
     def optimum(self) -> np.ndarray:
         """float32[dim], the minimiser."""

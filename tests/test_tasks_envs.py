@@ -223,6 +223,9 @@ def test_statistics_ignore_observations_after_the_episode_ended():
     out = rollout(CARTPOLE, constant_action(1), jax.random.key(0))
     assert float(member.env_steps) == float(out.lengths.sum()) == float(member.obs_stats.count) < 100
     assert float(fitness) == pytest.approx(float(out.returns.mean()))
+    # The StatefulFitness is also a plain fitness(params, key), under the initial (identity) statistics.
+    assert isinstance(task.fitness, es.StatefulFitness)
+    assert float(task.fitness(constant_action(1), jax.random.key(0))) == pytest.approx(float(fitness))
 
 
 # ------------------------------------------------------------------ ES runs

@@ -1,6 +1,5 @@
 """Benchmark-function tasks: known optima, BBOB-style shifts and rotations, and the registry's errors."""
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -114,12 +113,12 @@ def test_registry_lists_every_function_and_rejects_bad_names_and_options():
     assert tasks.options("bbob_sphere") == ["dim", "seed", "rotate"]
 
 
-def test_function_tasks_are_static_configs_and_run_under_evolve_identically_on_1_and_8_devices():
+def test_default_strategy_makes_progress_on_a_shifted_rotated_rastrigin_under_evolve():
     task = tasks.make("bbob_rastrigin", dim=12, seed=5)
     strategy = tasks.default_strategy(task)
     state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(1)), fitness=task.fitness)
-    one = es.evolve(strategy, task.fitness, state, 20, mesh=es.make_mesh(1))
-    eight = es.evolve(strategy, task.fitness, state, 20, mesh=es.make_mesh(8))
-    chex.assert_trees_all_equal(one, eight)
-    start, end = -float(task.fitness(state.params, None)), -float(task.fitness(one[0].params, None))
-    assert end < 0.7 * start  # the default strategy makes progress on a shifted, rotated Rastrigin
+    assert state.fitness_state is None  # a plain fitness: nothing but fitnesses is exchanged
+    final, metrics = es.evolve(strategy, task.fitness, state, 20, mesh=es.make_mesh(4))
+    start, end = -float(task.fitness(state.params, None)), -float(task.fitness(final.params, None))
+    assert end < 0.7 * start
+    assert np.all(np.diff(np.asarray(metrics["best_fitness"])) >= 0)
