@@ -27,7 +27,7 @@ def constant_action(action):
     return {"out": {"w": jnp.zeros((4, 2)), "b": jnp.zeros(2).at[action].set(1.0)}}
 
 
-def linear_cartpole(task, push_right_if):
+def linear_cartpole(push_right_if):
     """Params of a linear (hidden_sizes=()) CartPole policy whose logit difference is ``obs @ push_right_if``."""
     w = jnp.zeros((4, 2)).at[:, 1].set(jnp.asarray(push_right_if, jnp.float32))
     return {"out": {"w": w, "b": jnp.zeros(2)}}
@@ -147,7 +147,7 @@ def test_truncation_ends_the_episode_even_when_the_loop_allows_more_steps():
     """A linear controller pushing towards the falling side balances the pole; the env truncates at 30."""
     task = tasks.make("CartPole-v1", hidden_sizes=(), obs_norm=False, num_episodes=8, max_steps=100,
                       env_params={"max_steps_in_episode": 30})
-    params = linear_cartpole(task, [0.0, 0.0, 1.0, 1.0])
+    params = linear_cartpole([0.0, 0.0, 1.0, 1.0])
     out = rollout(task, params, jax.random.key(2))
     np.testing.assert_array_equal(out.returns, np.full(8, 30.0))
     np.testing.assert_array_equal(out.lengths, np.full(8, 30))
