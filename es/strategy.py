@@ -197,7 +197,7 @@ class OpenES:
         return jnp.asarray(sigma, jnp.float32)
 
     def init(
-        self, key: jax.Array, params: PyTree, fitness: StatefulFitness | None = None
+        self, key: jax.Array, params: PyTree, fitness: StatefulFitness | Callable | None = None
     ) -> OpenESState:
         """The state of a new run.
 
@@ -205,16 +205,18 @@ class OpenES:
           key: a JAX PRNG key (``jax.random.key(seed)`` or ``PRNGKey(seed)``);
             every draw of the run derives from it.
           params: the initial mean, any non-empty pytree of float arrays.
-          fitness: pass the ``StatefulFitness`` you will evolve with, so the
-            state holds its initial ``fitness_state``; ``None`` otherwise.
+          fitness: the fitness you will evolve with (optional). A
+            ``StatefulFitness`` gives the state its initial ``fitness_state``;
+            a plain ``fitness_fn(params, key)`` or ``None`` gives ``None``, so
+            ``init(key, params, fitness=task.fitness)`` works for either.
         """
         check_key(key)
         params = jax.tree.map(jnp.asarray, params)
         check_params(params)
-        if fitness is not None and not isinstance(fitness, StatefulFitness):
+        if fitness is not None and not callable(fitness):
             raise TypeError(
-                "OpenES.init(fitness=...) takes a StatefulFitness (or None for a plain "
-                f"fitness function), got {type(fitness).__name__}."
+                "OpenES.init(fitness=...) takes the fitness you will evolve with (a StatefulFitness "
+                f"or a callable fitness_fn(params, key)) or None, got {type(fitness).__name__}."
             )
         worst = -jnp.inf if self.maximize else jnp.inf
         return OpenESState(
@@ -224,7 +226,7 @@ class OpenES:
             generation=jnp.zeros((), jnp.int32),
             best_params=params,
             best_fitness=jnp.asarray(worst, jnp.float32),
-            fitness_state=None if fitness is None else fitness.init(),
+            fitness_state=fitness.init() if isinstance(fitness, StatefulFitness) else None,
         )
 
 

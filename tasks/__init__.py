@@ -1,14 +1,41 @@
 """tasks: problems to optimise with ``es``.
 
-    task = tasks.make(name, **options)   # benchmark functions (and, later, gymnax environments)
+    task = tasks.make(name, **options)   # benchmark functions and every gymnax environment id
     params = task.init_params(key)       # a pytree
     fitness = task.fitness(params, key)  # jittable, vmappable scalar; higher is better
 
 ``task.fitness`` can be passed directly to ``es.evolve`` as ``fitness_fn``;
-``tasks.names()`` lists every name ``make`` accepts.
+``tasks.names()`` lists every name ``make`` accepts and ``tasks.options(name)``
+the options of one. ``tasks.default_strategy(task)`` is the recommended
+``es.OpenES`` for a task. See docs/tasks.md.
 """
 
-from tasks.registry import make, names, register
+from tasks.registry import make, names, options, register, register_family
 from tasks import functions as _functions  # noqa: F401  (registers the benchmark functions)
+from tasks import bbob as _bbob  # noqa: F401  (registers the BBOB-style functions)
+from tasks import envs as _envs  # noqa: F401  (registers every gymnax environment, lazily)
+from tasks.bbob import BBOBTask
+from tasks.defaults import default_strategy
+from tasks.envs import EnvFitnessState, EnvTask, Rollouts
+from tasks.functions import FunctionTask
+from tasks.obs_norm import ObsStats
+from tasks.policies import BoxHead, CNNPolicy, DiscreteHead, MLPPolicy
 
-__all__ = ["make", "names", "register"]
+__all__ = [
+    "BBOBTask",
+    "BoxHead",
+    "CNNPolicy",
+    "DiscreteHead",
+    "EnvFitnessState",
+    "EnvTask",
+    "FunctionTask",
+    "MLPPolicy",
+    "ObsStats",
+    "Rollouts",
+    "default_strategy",
+    "make",
+    "names",
+    "options",
+    "register",
+    "register_family",
+]

@@ -1,4 +1,12 @@
-"""Name -> task factory, with errors that list the valid choices."""
+"""Name -> task factory, with errors that list the valid choices.
+
+Names come from two places: single factories (``register(name, factory)``)
+and families whose names are looked up when needed
+(``register_family(list_names, factory_for)``), such as every environment id
+gymnax knows, including ids registered with ``gymnax.register`` after
+``tasks`` was imported. Families are consulted lazily, so ``tasks.make("sphere")``
+does not import gymnax.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +14,31 @@ import inspect
 from typing import Any, Callable
 
 _FACTORIES: dict[str, Callable[..., Any]] = {}
+_FAMILIES: list[tuple[Callable[[], list[str]], Callable[[str], Callable[..., Any]]]] = []
 
 
 def register(name: str, factory: Callable[..., Any]) -> None:
     """Make ``tasks.make(name, **options)`` call ``factory(**options)``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"task name must be a non-empty str, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory for task {name!r} must be callable, got {type(factory).__name__}")
     if name in _FACTORIES:
         raise ValueError(f"task {name!r} is already registered")
     _FACTORIES[name] = factory
 
 
+def register_family(list_names: Callable[[], list[str]], factory_for: Callable[[str], Callable[..., Any]]) -> None:
+    """Make every name in ``list_names()`` (asked at lookup time) a task built by ``factory_for(name)``."""
+    _FAMILIES.append((list_names, factory_for))
+
+
 def names() -> list[str]:
     """Every name ``tasks.make`` accepts, sorted."""
-    return sorted(_FACTORIES)
+    found = set(_FACTORIES)
+    for list_names, _ in _FAMILIES:
+        found.update(list_names())
+    return sorted(found)
 
 
 def options(name: str) -> list[str]:
@@ -29,9 +50,12 @@ def options(name: str) -> list[str]:
 def _lookup(name: str) -> Callable[..., Any]:
     if not isinstance(name, str):
         raise TypeError(f"task name must be a str, got {type(name).__name__}; valid names: {names()}")
-    if name not in _FACTORIES:
-        raise ValueError(f"unknown task {name!r}; valid names: {names()}")
-    return _FACTORIES[name]
+    if name in _FACTORIES:
+        return _FACTORIES[name]
+    for list_names, factory_for in _FAMILIES:
+        if name in list_names():
+            return factory_for(name)
+    raise ValueError(f"unknown task {name!r}; valid names: {names()}")
 
 
 def make(name: str, **kwargs: Any) -> Any:

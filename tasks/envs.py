@@ -1,0 +1,423 @@
+"""gymnax environments as tasks: a neural policy's mean episode return.
+
+    task = tasks.make("CartPole-v1")                   # every id in gymnax.registered_envs
+    params = task.init_params(key)                     # the policy's parameters (a dict of arrays)
+    fitness = task.fitness(params, key)                # mean return over num_episodes episodes
+
+An episode starts from ``env.reset`` and runs until the first step that is
+terminated or truncated, or ``max_steps`` steps. gymnax resets inside ``step``
+when an episode ends, so the loop masks explicitly: a reward counts only while
+the episode is alive (the reward of the final step counts, nothing after it),
+and the loop stops once every episode of the batch is done.
+
+Everything that shapes the computation is a static Python value of the frozen
+``EnvTask``: the env id and constructor kwargs, env-parameter overrides, the
+number of episodes, the step limit and the policy's sizes. The gymnax
+environment object is rebuilt from those (and cached), never traced.
+
+With ``obs_norm=True`` the fitness is an ``es.StatefulFitness`` that
+normalises observations with running statistics kept in the ES state (see
+``tasks/obs_norm.py``); create the state with
+``strategy.init(key, params, fitness=task.fitness)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import es
+from tasks import obs_norm as obsnorm
+from tasks.policies import ACTIVATIONS, DISCRETE_SELECTIONS, BoxHead, CNNPolicy, DiscreteHead, MLPPolicy, Policy
+from tasks.registry import register_family
+
+PyTree = Any
+POLICIES = ("mlp", "cnn")
+DEFAULT_HIDDEN_SIZES = {"mlp": (64, 64), "cnn": (64,)}
+DEFAULT_ACTIVATION = {"mlp": "relu", "cnn": "relu"}
+
+
+class Rollouts(NamedTuple):
+    """What ``num_episodes`` episodes of one policy produced.
+
+    Attributes:
+      returns: float32[num_episodes], undiscounted episode returns.
+      lengths: int32[num_episodes], steps taken before the episode ended.
+      obs_stats: ``ObsStats`` (count, mean, M2) of the raw observations the
+        policy acted on, over all episodes, or ``None`` when not requested.
+    """
+
+    returns: jax.Array
+    lengths: jax.Array
+    obs_stats: obsnorm.ObsStats | None
+
+
+class EnvFitnessState(NamedTuple):
+    """``state.fitness_state`` of an env task's ``StatefulFitness``.
+
+    Attributes:
+      env_steps: float32 scalar, environment steps taken by all members so far
+        (float32: exact up to 2**24, then rounded to ~1e-7 relative).
+      obs: running ``ObsStats`` when the task normalises observations, else ``None``.
+    """
+
+    env_steps: jax.Array
+    obs: obsnorm.ObsStats | None
+
+
+class MemberStats(NamedTuple):
+    """What one member reports besides its fitness (gathered as ``[popsize, ...]``)."""
+
+    env_steps: jax.Array
+    obs_stats: obsnorm.ObsStats | None
+
+
+@functools.lru_cache(maxsize=None)
+def make_env(env_id: str, env_kwargs: tuple[tuple[str, Any], ...] = ()):
+    """``(env, default_params)`` from ``gymnax.make`` (cached: envs are immutable)."""
+    import gymnax
+
+    try:
+        return gymnax.make(env_id, **dict(env_kwargs))
+    except TypeError as error:
+        raise TypeError(f"tasks.make({env_id!r}, env_kwargs={dict(env_kwargs)}): {error}") from error
+    except OSError as error:  # e.g. MNISTBandit-bsuite downloads MNIST when it is built
+        raise RuntimeError(
+            f"gymnax could not build {env_id!r}: {error}. (MNISTBandit-bsuite downloads MNIST to "
+            "/tmp/mnist when constructed; it needs network access once.)"
+        ) from error
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvTask:
+    """Maximise a policy's mean return on a gymnax environment.
+
+    Attributes:
+      env_id: a gymnax environment id.
+      policy: the ``MLPPolicy`` or ``CNNPolicy`` (static sizes and action head).
+      num_episodes: episodes averaged per fitness evaluation (vmapped).
+      max_steps: steps per episode at most (the loop bound).
+      obs_norm: normalise observations with running statistics (``fitness`` is
+        then an ``es.StatefulFitness``).
+      env_kwargs: ``(name, value)`` pairs passed to the env's constructor.
+      env_params: ``(name, value)`` overrides of the env's default ``EnvParams``.
+      obs_shape: the shape of the features the policy sees (the raw
+        observation's shape, or ``(n,)`` for one-hot encoded ones).
+      obs_categories: for a ``Discrete`` observation space, its size
+        (observations are one-hot encoded); 0 for boxes.
+    """
+
+    env_id: str
+    policy: Policy
+    num_episodes: int
+    max_steps: int
+    obs_norm: bool = False
+    env_kwargs: tuple[tuple[str, Any], ...] = ()
+    env_params: tuple[tuple[str, Any], ...] = ()
+    obs_shape: tuple[int, ...] = ()
+    obs_categories: int = 0
+
+    # ------------------------------------------------------------- environment
+
+    @property
+    def env(self):
+        """The gymnax environment object (cached per ``env_id`` and ``env_kwargs``)."""
+        return make_env(self.env_id, self.env_kwargs)[0]
+
+    @property
+    def gymnax_params(self):
+        """The env's ``EnvParams``: its defaults with ``env_params`` applied."""
+        env, defaults = make_env(self.env_id, self.env_kwargs)
+        return _override_params(defaults, self.env_params)
+
+    @property
+    def obs_size(self) -> int:
+        """Number of features the policy sees (flattened, one-hot for discrete observations)."""
+        return math.prod(self.obs_shape)
+
+    def features(self, obs: jax.Array) -> jax.Array:
+        """float32[obs_size]: one raw observation, flattened (or one-hot encoded)."""
+        if self.obs_categories:
+            return jax.nn.one_hot(obs, self.obs_categories, dtype=jnp.float32).reshape(-1)
+        return jnp.asarray(obs, jnp.float32).reshape(-1)
+
+    # ------------------------------------------------------------------ policy
+
+    def init_params(self, key: jax.Array) -> PyTree:
+        """The policy's initial parameters (a dict of float32 arrays)."""
+        return self.policy.init(key)
+
+    def act(self, params: PyTree, obs: jax.Array, key: jax.Array, stats: obsnorm.ObsStats | None = None):
+        """The policy's action for one raw observation (normalised with ``stats`` if given)."""
+        x = self.features(obs)
+        if stats is not None:
+            x = obsnorm.normalize(stats, x)
+        return self.policy.apply(params, x, key)
+
+    # ---------------------------------------------------------------- rollouts
+
+    def rollout(self, params: PyTree, key: jax.Array, stats: obsnorm.ObsStats | None = None) -> Rollouts:
+        """Run ``num_episodes`` episodes (vmapped) of the policy ``params``.
+
+        Args:
+          params: the policy's parameters.
+          key: the randomness of every episode. Episode ``i`` uses
+            ``k = split(key, num_episodes)[i]``: ``reset_key, run_key =
+            split(k)``, and step ``t`` uses ``action_key, step_key =
+            split(fold_in(run_key, t))``.
+          stats: running observation statistics. When given, observations are
+            normalised with them (if ``obs_norm``) and the statistics of the
+            observations seen are returned in ``obs_stats``.
+        """
+        keys = jax.random.split(key, self.num_episodes)
+        out = jax.vmap(lambda k: self._episode(params, k, stats))(keys)
+        if stats is not None:
+            out = out._replace(obs_stats=obsnorm.combine(out.obs_stats))
+        return out
+
+    def _episode(self, params: PyTree, key: jax.Array, stats: obsnorm.ObsStats | None) -> Rollouts:
+        env, env_params = self.env, self.gymnax_params
+        reset_key, run_key = jax.random.split(key)
+        obs, env_state = env.reset(reset_key, env_params)
+        normalize_with = stats if self.obs_norm else None
+        seen = obsnorm.init(self.obs_size) if stats is not None else None
+
+        def cond(carry):
+            t, alive = carry[0], carry[1]
+            return jnp.logical_and(t < self.max_steps, alive)
+
+        def body(carry):
+            t, alive, obs, env_state, total, length, seen = carry
+            action_key, step_key = jax.random.split(jax.random.fold_in(run_key, t))
+            weight = alive.astype(jnp.float32)
+            if seen is not None:
+                seen = obsnorm.add(seen, self.features(obs), weight)
+            action = self.act(params, obs, action_key, normalize_with)
+            obs, env_state, reward, terminated, truncated, _ = env.step(step_key, env_state, action, env_params)
+            total = total + weight * jnp.reshape(reward, ()).astype(jnp.float32)
+            length = length + alive.astype(jnp.int32)
+            alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
+            return t + 1, alive, obs, env_state, total, length, seen
+
+        init = (jnp.int32(0), jnp.bool_(True), obs, env_state, jnp.float32(0.0), jnp.int32(0), seen)
+        _, _, _, _, total, length, seen = jax.lax.while_loop(cond, body, init)
+        return Rollouts(total, length, seen)
+
+    # ----------------------------------------------------------------- fitness
+
+    def mean_return(self, params: PyTree, key: jax.Array, fitness_state: EnvFitnessState | None = None):
+        """Mean return (float32 scalar) over ``num_episodes`` episodes.
+
+        With ``obs_norm`` pass the run's ``state.fitness_state`` (the policy
+        was trained on normalised observations).
+        """
+        if self.obs_norm and fitness_state is None:
+            raise ValueError(
+                f"{self.env_id} task has obs_norm=True: pass the running statistics, "
+                "mean_return(params, key, state.fitness_state)."
+            )
+        stats = None if fitness_state is None else fitness_state.obs
+        return jnp.mean(self.rollout(params, key, stats).returns)
+
+    def init_fitness_state(self) -> EnvFitnessState:
+        """Zero env steps and (with ``obs_norm``) empty observation statistics."""
+        obs = obsnorm.init(self.obs_size) if self.obs_norm else None
+        return EnvFitnessState(jnp.zeros((), jnp.float32), obs)
+
+    def evaluate(self, params: PyTree, key: jax.Array, fitness_state: EnvFitnessState):
+        """``(mean return, MemberStats)`` of one member under ``fitness_state``."""
+        out = self.rollout(params, key, fitness_state.obs)
+        return jnp.mean(out.returns), MemberStats(jnp.sum(out.lengths).astype(jnp.float32), out.obs_stats)
+
+    def update_fitness_state(self, fitness_state: EnvFitnessState, stats: MemberStats) -> EnvFitnessState:
+        """Fold the population's ``MemberStats`` (leading axis popsize, member order) in."""
+        env_steps = fitness_state.env_steps + jnp.sum(stats.env_steps)
+        obs = fitness_state.obs
+        if obs is not None:
+            obs = obsnorm.merge(obs, stats.obs_stats)
+        return EnvFitnessState(env_steps, obs)
+
+    @property
+    def counting_fitness(self) -> es.StatefulFitness:
+        """A ``StatefulFitness`` that counts env steps in ``state.fitness_state.env_steps``.
+
+        It normalises observations when ``obs_norm``; each member additionally
+        reports one float (its steps), all-gathered with the fitnesses.
+        """
+        return es.StatefulFitness(self.init_fitness_state, self.evaluate, self.update_fitness_state)
+
+    @property
+    def fitness(self):
+        """What to hand ``es.evolve``: ``mean_return`` or, with ``obs_norm``, a ``StatefulFitness``.
+
+        Either is callable as ``fitness(params, key) -> float32 scalar``.
+        """
+        return self.counting_fitness if self.obs_norm else self.mean_return
+
+
+# ------------------------------------------------------------------ building
+
+
+def _freeze(value: Any) -> Any:
+    """Lists and arrays -> tuples, so option values can be hashed."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return _freeze(np.asarray(value).tolist())
+    return value
+
+
+def _pairs(env_id: str, option: str, value: dict | None) -> tuple[tuple[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise TypeError(f"tasks.make({env_id!r}, {option}=...): {option} must be a dict, got {type(value).__name__}.")
+    pairs = tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    for k, v in pairs:
+        try:
+            hash(v)
+        except TypeError:
+            raise TypeError(
+                f"tasks.make({env_id!r}, {option}={{{k!r}: ...}}): values must be numbers, strings, "
+                f"bools or (nested) lists of them, got {type(v).__name__}."
+            ) from None
+    return pairs
+
+
+def _override_params(defaults, overrides: tuple[tuple[str, Any], ...]):
+    if not overrides:
+        return defaults
+    values = {}
+    for name, value in overrides:
+        old = getattr(defaults, name)
+        values[name] = jnp.asarray(value, jnp.asarray(old).dtype) if isinstance(old, jax.Array) else value
+    return defaults.replace(**values)
+
+
+def _check_env_params(env_id: str, defaults, overrides) -> None:
+    valid = [f.name for f in dataclasses.fields(defaults)]
+    unknown = sorted(name for name, _ in overrides if name not in valid)
+    if unknown:
+        raise ValueError(f"tasks.make({env_id!r}, env_params=...): unknown field(s) {unknown}; valid fields: {valid}")
+
+
+def _positive_int(env_id: str, option: str, value, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"tasks.make({env_id!r}, {option}={value!r}): {option} must be a positive int.")
+    return int(value)
+
+
+def _head(env_id: str, space, action_selection: str):
+    import gymnax.environments.spaces as spaces
+
+    if isinstance(space, spaces.Discrete):
+        return DiscreteHead(int(space.n), action_selection)
+    if isinstance(space, spaces.Box):
+        shape = tuple(int(s) for s in space.shape)
+        low = np.broadcast_to(np.asarray(space.low, np.float32), shape).reshape(-1)
+        high = np.broadcast_to(np.asarray(space.high, np.float32), shape).reshape(-1)
+        return BoxHead(shape, tuple(float(v) for v in low), tuple(float(v) for v in high))
+    raise TypeError(f"{env_id}: action space {space!r} is not supported (Discrete or Box only).")
+
+
+def _observation(env_id: str, env, env_params) -> tuple[tuple[int, ...], int]:
+    """``(feature shape, obs_categories)`` of the env's observations."""
+    import gymnax.environments.spaces as spaces
+
+    space = env.observation_space(env_params)
+    if isinstance(space, spaces.Discrete):
+        return (int(space.n),), int(space.n)
+    obs = jax.eval_shape(lambda k: env.reset(k, env_params)[0], jax.random.key(0))
+    if not isinstance(obs, jax.ShapeDtypeStruct):
+        raise TypeError(f"{env_id}: observations of type {type(obs).__name__} are not supported (arrays only).")
+    return tuple(int(s) for s in obs.shape), 0
+
+
+def env_factory(env_id: str):
+    """The ``tasks.make`` factory of gymnax environment ``env_id``."""
+
+    def factory(
+        num_episodes: int = 1,
+        max_steps: int | None = None,
+        policy: str = "mlp",
+        hidden_sizes: tuple[int, ...] | None = None,
+        activation: str | None = None,
+        action_selection: str = "argmax",
+        obs_norm: bool | None = None,
+        conv_channels: int = 16,
+        output_scale: float = 0.01,
+        env_params: dict | None = None,
+        env_kwargs: dict | None = None,
+    ) -> EnvTask:
+        num_episodes = _positive_int(env_id, "num_episodes", num_episodes)
+        max_steps = _positive_int(env_id, "max_steps", max_steps, allow_none=True)
+        if policy not in POLICIES:
+            raise ValueError(f"tasks.make({env_id!r}, policy={policy!r}): use one of {list(POLICIES)}.")
+        hidden_sizes = DEFAULT_HIDDEN_SIZES[policy] if hidden_sizes is None else hidden_sizes
+        if isinstance(hidden_sizes, numbers.Integral):
+            hidden_sizes = (hidden_sizes,)
+        if not isinstance(hidden_sizes, (tuple, list)) or any(
+            isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hidden_sizes
+        ):
+            raise ValueError(
+                f"tasks.make({env_id!r}, hidden_sizes={hidden_sizes!r}): give a tuple of positive ints, "
+                "e.g. (32, 32), or () for a linear policy."
+            )
+        hidden_sizes = tuple(int(h) for h in hidden_sizes)
+        activation = DEFAULT_ACTIVATION[policy] if activation is None else activation
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"tasks.make({env_id!r}, activation={activation!r}): use one of {sorted(ACTIVATIONS)}.")
+        if action_selection not in DISCRETE_SELECTIONS:
+            raise ValueError(
+                f"tasks.make({env_id!r}, action_selection={action_selection!r}): use one of {list(DISCRETE_SELECTIONS)}."
+            )
+        if obs_norm is not None and not isinstance(obs_norm, bool):
+            raise TypeError(
+                f"tasks.make({env_id!r}, obs_norm={obs_norm!r}): obs_norm must be True, False or None (auto)."
+            )
+        conv_channels = _positive_int(env_id, "conv_channels", conv_channels)
+        if isinstance(output_scale, bool) or not isinstance(output_scale, numbers.Real) or not output_scale > 0:
+            raise ValueError(f"tasks.make({env_id!r}, output_scale={output_scale!r}): must be a float > 0.")
+        kwargs_pairs = _pairs(env_id, "env_kwargs", env_kwargs)
+        params_pairs = _pairs(env_id, "env_params", env_params)
+
+        env, defaults = make_env(env_id, kwargs_pairs)
+        _check_env_params(env_id, defaults, params_pairs)
+        gymnax_params = _override_params(defaults, params_pairs)
+        if max_steps is None:
+            max_steps = int(gymnax_params.max_steps_in_episode)
+        obs_shape, categories = _observation(env_id, env, gymnax_params)
+        head = _head(env_id, env.action_space(gymnax_params), action_selection)
+        if obs_norm is None:  # auto: vector observations (as Salimans et al. for MuJoCo), not images
+            obs_norm = categories == 0 and len(obs_shape) == 1
+        if policy == "cnn":
+            if len(obs_shape) not in (2, 3):
+                raise ValueError(
+                    f"tasks.make({env_id!r}, policy='cnn'): the CNN needs image observations [H, W(, C)], "
+                    f"but {env_id} observes shape {obs_shape}; use policy='mlp'."
+                )
+            net = CNNPolicy(obs_shape, head, conv_channels, 3, hidden_sizes, activation, float(output_scale))
+        else:
+            net = MLPPolicy(math.prod(obs_shape), head, hidden_sizes, activation, float(output_scale))
+        return EnvTask(env_id, net, num_episodes, max_steps, obs_norm, kwargs_pairs, params_pairs, obs_shape, categories)
+
+    factory.__doc__ = f"{env_id}: a policy's mean episode return (see tasks.envs.EnvTask)."
+    return factory
+
+
+def _gymnax_env_ids() -> list[str]:
+    import gymnax
+
+    return list(gymnax.registered_envs)
+
+
+register_family(_gymnax_env_ids, env_factory)

@@ -1,0 +1,285 @@
+"""gymnax tasks: every env id builds, rollouts are masked after the first done, policies and heads,
+observation normalisation, and ES on CartPole and Pendulum (identical on 1 and 8 devices)."""
+
+import dataclasses
+
+import chex
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import es
+import tasks
+from tasks import envs, obs_norm
+from tasks.policies import BoxHead, DiscreteHead
+
+
+# One compiled rollout per (hashable, static) task config, shared by the tests below.
+rollout = jax.jit(tasks.EnvTask.rollout, static_argnums=0)
+CARTPOLE = tasks.make("CartPole-v1", hidden_sizes=(), obs_norm=False, num_episodes=8)
+
+
+def constant_action(action):
+    """Linear-policy params whose argmax is always ``action``."""
+    return {"out": {"w": jnp.zeros((4, 2)), "b": jnp.zeros(2).at[action].set(1.0)}}
+
+
+def linear_cartpole(push_right_if):
+    """Params of a linear (hidden_sizes=()) CartPole policy whose logit difference is ``obs @ push_right_if``."""
+    w = jnp.zeros((4, 2)).at[:, 1].set(jnp.asarray(push_right_if, jnp.float32))
+    return {"out": {"w": w, "b": jnp.zeros(2)}}
+
+
+def python_loop_return(env, env_params, key, policy, max_steps):
+    """Reference rollout: plain Python over gymnax's reset/step with the key scheme EnvTask documents."""
+    reset_key, run_key = jax.random.split(key)
+    obs, state = env.reset(reset_key, env_params)
+    total = 0.0
+    for t in range(max_steps):
+        _, step_key = jax.random.split(jax.random.fold_in(run_key, t))
+        obs, state, reward, terminated, truncated, _ = env.step(step_key, state, policy(obs), env_params)
+        total += float(reward)
+        if bool(terminated) or bool(truncated):
+            return total, t + 1
+    return total, max_steps
+
+
+# ----------------------------------------------------------------- every env id
+
+
+def _fake_mnist(directory="/tmp/mnist"):
+    """MNISTBandit-bsuite downloads MNIST when built; this stands in for it offline."""
+    images = np.zeros((20, 28, 28), np.int8)
+    labels = np.arange(20, dtype=np.uint8) % 10
+    return (images, labels), (images, labels)
+
+
+def test_every_registered_gymnax_env_id_is_a_task_with_a_scalar_fitness(monkeypatch):
+    monkeypatch.setattr("gymnax.utils.load_mnist.load_mnist", _fake_mnist)
+    envs.make_env.cache_clear()
+    try:
+        for env_id in gymnax.registered_envs:
+            assert env_id in tasks.names()
+            task = tasks.make(env_id, max_steps=5)
+            params = jax.eval_shape(task.init_params, jax.random.key(0))  # shapes only: tracing, no compiling
+            fitness = task.fitness
+            state = fitness.init() if isinstance(fitness, es.StatefulFitness) else None
+            out = jax.eval_shape(lambda p, k: task.mean_return(p, k, state), params, jax.random.key(1))
+            assert out.shape == () and out.dtype == jnp.float32, env_id
+            # Normalised by default exactly when observations are vectors (not images, not one-hot).
+            assert task.obs_norm == (task.obs_categories == 0 and len(task.obs_shape) == 1), env_id
+    finally:
+        envs.make_env.cache_clear()
+
+
+def test_env_ids_registered_after_import_are_accepted():
+    env_id = "CartPoleCopyForTasksTest-v0"
+    if env_id not in gymnax.registered_envs:
+        gymnax.register(env_id, lambda: gymnax.make("CartPole-v1")[0])
+    assert env_id in tasks.names()
+    assert tasks.make(env_id, obs_norm=False).max_steps == 500
+
+
+def test_rollouts_run_for_image_discrete_and_box_spaces():
+    checks = {
+        "Breakout-MinAtar": dict(policy="cnn"),  # [10, 10, 4] images, conv policy
+        "Catch-bsuite": dict(policy="cnn"),  # [10, 5] images: one channel
+        "FrozenLake-misc": dict(),  # Discrete observations: one-hot features
+        "Reacher-misc": dict(),  # Box actions with per-element bounds
+    }
+    for env_id, options in checks.items():
+        task = tasks.make(env_id, num_episodes=2, max_steps=20, **options)
+        out = jax.jit(task.rollout)(task.init_params(jax.random.key(0)), jax.random.key(1))
+        assert out.returns.shape == (2,) and np.all(np.isfinite(out.returns)), env_id
+        assert np.all((out.lengths >= 1) & (out.lengths <= 20)), env_id
+    lake = tasks.make("FrozenLake-misc")
+    assert lake.obs_categories == 16 and lake.policy.obs_size == 16
+    np.testing.assert_array_equal(lake.features(jnp.int32(3)), np.eye(16)[3])
+
+
+# ------------------------------------------------------------ returns and masking
+
+
+def test_fixed_policy_return_on_cartpole_matches_a_python_loop_and_the_physics():
+    """Always pushing right tips the pole left: with |state| <= 0.05 at reset, theta'' ~ -14.6 rad/s^2
+    reaches the 0.21 rad limit after ~0.17 s, i.e. 7 to 12 steps of 0.02 s (one reward per step)."""
+    key = jax.random.key(0)
+    out = rollout(CARTPOLE, constant_action(1), key)
+    for i, episode_key in enumerate(jax.random.split(key, CARTPOLE.num_episodes)):
+        expected, steps = python_loop_return(CARTPOLE.env, CARTPOLE.gymnax_params, episode_key, lambda obs: 1, 500)
+        assert float(out.returns[i]) == expected == float(out.lengths[i]) == steps
+        assert 7 <= steps <= 12
+    assert float(CARTPOLE.fitness(constant_action(1), key)) == pytest.approx(float(np.mean(out.returns)))
+
+
+def test_no_reward_is_counted_after_termination_although_gymnax_resets_inside_step():
+    """Unmasked, the auto-reset episodes after the pole falls would add ~1 reward per step up to 500."""
+    out = rollout(CARTPOLE, constant_action(0), jax.random.key(1))  # always push left
+    np.testing.assert_array_equal(out.returns, out.lengths.astype(np.float32))
+    assert np.all((out.lengths >= 7) & (out.lengths <= 12))
+
+    # The same episodes stepped by a scan that never stops: summing rewards up to the first done
+    # reproduces the masked return, summing everything does not.
+    env, env_params = CARTPOLE.env, CARTPOLE.gymnax_params
+
+    def unmasked(key):
+        reset_key, run_key = jax.random.split(key)
+        _, state = env.reset(reset_key, env_params)
+
+        def step(state, t):
+            _, step_key = jax.random.split(jax.random.fold_in(run_key, t))
+            _, state, reward, terminated, truncated, _ = env.step(step_key, state, 0, env_params)
+            return state, (reward, jnp.logical_or(terminated, truncated))
+
+        _, (rewards, dones) = jax.lax.scan(step, state, jnp.arange(500))
+        before_first_done = jnp.cumsum(dones) - dones == 0
+        return jnp.sum(rewards * before_first_done), jnp.sum(rewards)
+
+    masked, everything = jax.jit(jax.vmap(unmasked))(jax.random.split(jax.random.key(1), 8))
+    np.testing.assert_array_equal(out.returns, masked)
+    assert np.all(everything > 400)
+
+
+def test_truncation_ends_the_episode_even_when_the_loop_allows_more_steps():
+    """A linear controller pushing towards the falling side balances the pole; the env truncates at 30."""
+    task = tasks.make("CartPole-v1", hidden_sizes=(), obs_norm=False, num_episodes=8, max_steps=100,
+                      env_params={"max_steps_in_episode": 30})
+    params = linear_cartpole([0.0, 0.0, 1.0, 1.0])
+    out = rollout(task, params, jax.random.key(2))
+    np.testing.assert_array_equal(out.returns, np.full(8, 30.0))
+    np.testing.assert_array_equal(out.lengths, np.full(8, 30))
+    # Without the override the same controller keeps going well past 30 steps (to CARTPOLE's 500).
+    assert np.all(rollout(CARTPOLE, params, jax.random.key(2)).lengths > 100)
+
+
+def test_heads_map_outputs_to_valid_actions():
+    box = BoxHead((2,), (-2.0, 0.0), (2.0, 1.0))
+    huge = box.act(jnp.array([1e6, -1e6]), None)
+    np.testing.assert_allclose(huge, [2.0, 0.0])
+    np.testing.assert_allclose(box.act(jnp.zeros(2), None), [0.0, 0.5])
+    assert int(DiscreteHead(3).act(jnp.array([0.1, 2.0, -1.0]), None)) == 1
+    sampled = jax.vmap(DiscreteHead(3, "categorical").act, in_axes=(None, 0))(
+        jnp.log(jnp.array([0.2, 0.5, 0.3])), jax.random.split(jax.random.key(0), 4000)
+    )
+    np.testing.assert_allclose(np.bincount(np.asarray(sampled), minlength=3) / 4000, [0.2, 0.5, 0.3], atol=0.03)
+    pendulum = tasks.make("Pendulum-v1")
+    assert pendulum.policy.head == BoxHead((1,), (-2.0,), (2.0,))
+
+
+# ------------------------------------------------------------------ options
+
+
+def test_options_are_static_hashable_and_validated():
+    a = tasks.make("Acrobot-v1", hidden_sizes=[16], env_params={"available_torque": [-2.0, 0.0, 2.0]})
+    b = tasks.make("Acrobot-v1", hidden_sizes=(16,), env_params={"available_torque": (-2.0, 0.0, 2.0)})
+    assert a == b and hash(a) == hash(b)
+    np.testing.assert_array_equal(a.gymnax_params.available_torque, [-2.0, 0.0, 2.0])
+    assert a.policy.hidden_sizes == (16,) and a.max_steps == 500
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['episodes'\].*'num_episodes'"):
+        tasks.make("CartPole-v1", episodes=4)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['gravity_x'\].*'gravity'"):
+        tasks.make("CartPole-v1", env_params={"gravity_x": 1.0})
+    with pytest.raises(ValueError, match="the CNN needs image observations"):
+        tasks.make("CartPole-v1", policy="cnn")
+    with pytest.raises(ValueError, match="use one of"):
+        tasks.make("CartPole-v1", activation="softplus")
+    with pytest.raises(ValueError, match="num_episodes must be a positive int"):
+        tasks.make("CartPole-v1", num_episodes=0)
+    with pytest.raises(ValueError, match="unknown task 'CartPole-v2'"):
+        tasks.make("CartPole-v2")
+    with pytest.raises(ValueError, match="pass the running statistics"):
+        tasks.make("CartPole-v1", obs_norm=True).mean_return(a.init_params(jax.random.key(0)), jax.random.key(0))
+
+
+# ------------------------------------------------------- observation normalisation
+
+
+def test_running_statistics_match_numpy_over_several_generations():
+    """Welford per member, then a fixed-order merge per generation, equals one pass over everything."""
+    rng = np.random.default_rng(0)
+    batches = [rng.normal([3.0, -100.0], [0.5, 2.0], size=(5, 7, 2)).astype(np.float32) for _ in range(3)]
+    weights = (rng.uniform(size=(3, 5, 7)) < 0.8).astype(np.float32)  # some steps come after a done
+    stats = obs_norm.init(2)
+    for batch, weight in zip(batches, weights):  # [members, steps, features]
+        def member(xs, ws):
+            return jax.lax.fori_loop(0, 7, lambda i, s: obs_norm.add(s, xs[i], ws[i]), obs_norm.init(2))
+
+        stats = obs_norm.merge(stats, jax.vmap(member)(jnp.asarray(batch), jnp.asarray(weight)))
+    seen = np.concatenate([b[w > 0] for b, w in zip(batches, weights)]).astype(np.float64)
+    assert float(stats.count) == seen.shape[0]
+    np.testing.assert_allclose(stats.mean, seen.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(obs_norm.std(stats), seen.std(0), rtol=1e-5)
+    normalised = obs_norm.normalize(stats, jnp.asarray(seen[0], jnp.float32))
+    np.testing.assert_allclose(normalised, (seen[0] - seen.mean(0)) / seen.std(0), rtol=1e-4)
+
+
+def test_statistics_ignore_observations_after_the_episode_ended():
+    task = dataclasses.replace(CARTPOLE, obs_norm=True)
+    state = task.init_fitness_state()
+    fitness, member = jax.jit(task.evaluate)(constant_action(1), jax.random.key(0), state)
+    out = rollout(CARTPOLE, constant_action(1), jax.random.key(0))
+    assert float(member.env_steps) == float(out.lengths.sum()) == float(member.obs_stats.count) < 100
+    assert float(fitness) == pytest.approx(float(out.returns.mean()))
+    # The StatefulFitness is also a plain fitness(params, key), under the initial (identity) statistics.
+    assert isinstance(task.fitness, es.StatefulFitness)
+    assert float(task.fitness(constant_action(1), jax.random.key(0))) == pytest.approx(float(fitness))
+
+
+# ------------------------------------------------------------------ ES runs
+
+
+@pytest.fixture(scope="module")
+def cartpole_runs():
+    """A short ES run on CartPole with observation normalisation, on 1 and on 8 devices."""
+    task = tasks.make("CartPole-v1", hidden_sizes=(16,), num_episodes=2)
+    assert isinstance(task.fitness, es.StatefulFitness)
+    strategy = es.OpenES(popsize=64, sigma=0.1, optimizer=optax.adam(0.05))
+    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(1)), fitness=task.fitness)
+    runs = {n: es.evolve(strategy, task.fitness, state, 12, mesh=es.make_mesh(n)) for n in (1, 8)}
+    return task, strategy, state, runs
+
+
+def test_env_task_results_are_bit_identical_on_1_and_8_devices(cartpole_runs):
+    _, _, _, runs = cartpole_runs
+    chex.assert_trees_all_equal(runs[1], runs[8])
+    final, _ = runs[8]
+    assert float(final.fitness_state.obs.count) == float(final.fitness_state.env_steps) > 0
+
+
+def test_short_es_run_improves_cartpole(cartpole_runs):
+    task, _, start, runs = cartpole_runs
+    final, metrics = runs[1]
+    evaluate = jax.jit(dataclasses.replace(task, num_episodes=16).mean_return)
+    before = float(evaluate(start.params, jax.random.key(7), start.fitness_state))
+    after = float(evaluate(final.params, jax.random.key(7), final.fitness_state))
+    # (The first generations drop below the initial policy while the running statistics move
+    # from the identity to the observations' scale.)
+    assert after > 2 * before + 50, (before, after)
+    assert metrics["fitness_mean"][-1] > metrics["fitness_mean"][0]
+
+
+def test_short_es_run_improves_pendulum():
+    task = tasks.make("Pendulum-v1", num_episodes=2)
+    strategy = tasks.default_strategy(task)
+    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(1)), fitness=task.fitness)
+    final, metrics = es.evolve(strategy, task.fitness, state, 40)
+    evaluate = jax.jit(dataclasses.replace(task, num_episodes=32).mean_return)
+    before = float(evaluate(state.params, jax.random.key(7), state.fitness_state))
+    after = float(evaluate(final.params, jax.random.key(7), final.fitness_state))
+    assert after > before + 200, (before, after)
+    assert np.mean(metrics["fitness_mean"][-5:]) > np.mean(metrics["fitness_mean"][:5])
+
+
+def test_observation_statistics_are_the_one_small_extra_exchange(cartpole_runs):
+    task, strategy, state, _ = cartpole_runs
+    report = es.collectives_report(strategy, task.fitness, state, es.make_mesh(8))
+    popsize, obs_size = strategy.popsize, task.obs_size
+    # Gathered per member: its fitness, env steps and observation count (f32[popsize] each), and the
+    # mean and M2 of its observations (f32[popsize, obs_size] each); nothing params-sized.
+    results = sorted(c.result.split("{")[0] for c in report.crossing)
+    assert results == sorted([f"f32[{popsize}]"] * 3 + [f"f32[{popsize},{obs_size}]"] * 2)
+    assert {c.op for c in report.crossing} == {"all-gather"}
+    assert report.total_bytes == 4 * popsize * (3 + 2 * obs_size)
