@@ -4,21 +4,28 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test docs serve-docs install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m experiments.demo
+	$(PY) -m experiments.train experiments/configs/demo.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+	$(PY) -m mkdocs build --strict --quiet
+
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
+
+serve-docs: $(STAMP)
+	$(PY) -m mkdocs serve
 
 clean:
 	rm -rf $(VENV)

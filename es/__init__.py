@@ -7,21 +7,25 @@ from shared keys, so results are bit-identical on any number of devices.
     strategy = es.OpenES(popsize=256, sigma=0.05, optimizer=optax.adam(1e-2))
     state = strategy.init(jax.random.key(0), params)
     state, metrics = es.evolve(strategy, fitness_fn, state, 100, mesh=es.make_mesh())
+    result = es.run(strategy, fitness_fn, state, 1000, run_dir="runs/x")  # progress, log, checkpoints
 
 Importing ``es`` creates no JAX arrays and starts no backend.
 """
 
-from es import shaping
+from es import checkpoint, shaping
+from es.checkpoint import CheckpointError, load_params
 from es.collectives import Collective, CollectivesReport, collectives_report, compiled_generation_hlo
 from es.engine import METRIC_NAMES, evolve, generation_step
 from es.fitness import StatefulFitness
 from es.mesh import POPULATION_AXIS, make_mesh
 from es.noise import GaussianNoise, NoiseTable
+from es.runner import RunResult, is_writer, run
 from es.strategy import OpenES, OpenESState
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
     "Collective",
     "CollectivesReport",
     "GaussianNoise",
@@ -30,11 +34,16 @@ __all__ = [
     "OpenES",
     "OpenESState",
     "POPULATION_AXIS",
+    "RunResult",
     "StatefulFitness",
+    "checkpoint",
     "collectives_report",
     "compiled_generation_hlo",
     "evolve",
     "generation_step",
+    "is_writer",
+    "load_params",
     "make_mesh",
+    "run",
     "shaping",
 ]

@@ -33,8 +33,9 @@ def noise_index(member: jax.Array, antithetic: bool) -> jax.Array:
 
 def noise_sign(member: jax.Array, antithetic: bool) -> jax.Array:
     """+1 or -1 (float32): the sign member ``member`` applies to its noise vector."""
+    member = jnp.asarray(member)
     if not antithetic:
-        return jnp.ones(jnp.shape(member), jnp.float32)
+        return jnp.ones(member.shape, jnp.float32)
     return (1 - 2 * (member % 2)).astype(jnp.float32)
 
 

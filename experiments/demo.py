@@ -10,8 +10,9 @@ cross devices.
 from __future__ import annotations
 
 import argparse
-import os
 import time
+
+from experiments.devices import emulate_cpu_devices
 
 
 def main() -> None:
@@ -22,10 +23,7 @@ def main() -> None:
     parser.add_argument("--report-every", type=int, default=100)
     args = parser.parse_args()
 
-    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={os.cpu_count()}"
-        )
+    emulate_cpu_devices()
     import jax
     import jax.numpy as jnp
     import optax

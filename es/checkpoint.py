@@ -1,0 +1,390 @@
+"""Checkpoints of a run (orbax-checkpoint): the ES state, the metrics so far and the run's config.
+
+A checkpoint is the directory ``<checkpoints>/<generation>/``. Orbax writes it
+to a temporary directory and renames it when complete, so a process killed
+mid-write leaves no half checkpoint (the leftover temporary directory is
+removed when the run is reopened). Each holds two orbax items:
+
+- ``arrays``: ``state``, every array of the ``OpenESState`` (PRNG keys as
+  their raw key data, rebuilt as the same kind of key on restore), and
+  ``history``, the per-generation metrics so far, one array per metric with
+  leading axis ``generation``;
+- ``meta`` (JSON): format version, generation, the run's config, the state's
+  signature (path, shape and dtype of every leaf), the SHA-256 of every array
+  saved and the digest of the state the run started from.
+
+Restoring checks all of it; anything that does not match is refused with a
+``CheckpointError`` (a ``ValueError``) that says what differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from es.strategy import OpenESState
+
+PyTree = Any
+
+FORMAT = "es-checkpoint-1"
+_KEY_DTYPE_PREFIX = "key<"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: corrupt, or made by another run."""
+
+
+class Checkpoint(NamedTuple):
+    """One restored checkpoint.
+
+    Attributes:
+      generation: generations completed when it was written.
+      state: the ``OpenESState``, with the structure of the state it was restored into.
+      history: metric name -> numpy array ``[generation]``.
+      config: the JSON config the run was started with.
+      initial_digest: ``state_digest`` of the state the run started from.
+      path: its directory.
+    """
+
+    generation: int
+    state: OpenESState
+    history: dict[str, np.ndarray]
+    config: Any
+    initial_digest: str
+    path: pathlib.Path
+
+
+# --------------------------------------------------------------------------- host arrays
+
+
+def to_numpy(x) -> np.ndarray:
+    """A host copy of ``x``; a replicated array of several processes gives its local copy."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        x = x.addressable_data(0)
+    return np.asarray(x)
+
+
+def _is_key(leaf) -> bool:
+    return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def _host_leaves(tree: PyTree) -> list[tuple[dict, np.ndarray]]:
+    """``(signature entry, numpy array)`` for every leaf; typed PRNG keys become their key data."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if _is_key(leaf):
+            entry = {"shape": list(leaf.shape), "dtype": f"{_KEY_DTYPE_PREFIX}{jax.random.key_impl(leaf)}>"}
+            array = to_numpy(jax.random.key_data(leaf))
+        else:
+            array = to_numpy(leaf)
+            entry = {"shape": list(array.shape), "dtype": str(array.dtype)}
+        out.append(({"path": jax.tree_util.keystr(path), **entry}, array))
+    return out
+
+
+def signature(tree: PyTree) -> list[dict]:
+    """Path, shape and dtype of every leaf of ``tree`` (keys as ``key<impl>``)."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if _is_key(leaf):
+            dtype = f"{_KEY_DTYPE_PREFIX}{jax.random.key_impl(leaf)}>"
+        else:
+            dtype = str(jnp.result_type(leaf))
+        out.append({"path": jax.tree_util.keystr(path), "shape": list(jnp.shape(leaf)), "dtype": dtype})
+    return out
+
+
+def _digest(named_arrays) -> str:
+    sha = hashlib.sha256()
+    for name, array in named_arrays:
+        array = np.ascontiguousarray(array)
+        sha.update(f"{name}|{array.dtype}|{array.shape}|".encode())
+        sha.update(array.tobytes())
+    return sha.hexdigest()
+
+
+def state_digest(state: PyTree) -> str:
+    """SHA-256 of every leaf (path, dtype, shape and bytes) of ``state``."""
+    return _digest((entry["path"], array) for entry, array in _host_leaves(state))
+
+
+def _leaf_name(index: int) -> str:
+    return f"leaf_{index:05d}"
+
+
+# --------------------------------------------------------------------------- the manager
+
+
+class Checkpointer:
+    """The checkpoints of one run: written asynchronously, last ``keep`` kept, verified on restore.
+
+    Args:
+      directory: where the checkpoints live (``<run_dir>/checkpoints``).
+      keep: how many of the latest checkpoints to keep (>= 1).
+      writer: whether this process writes (``es.is_writer()``); the others only read.
+    """
+
+    def __init__(self, directory: str | os.PathLike, keep: int = 3, writer: bool = True):
+        import orbax.checkpoint as ocp
+
+        self.directory = pathlib.Path(directory).absolute()
+        self.writer = writer
+        if writer:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep if writer else None,
+            save_interval_steps=1 if writer else 0,
+            create=False,
+            read_only=not writer,
+            cleanup_tmp_directories=writer,
+            # Only this process takes part: the arrays are host copies of replicated state,
+            # so no other process has anything to write or to wait for.
+            multiprocessing_options=ocp.options.MultiprocessingOptions(
+                primary_host=jax.process_index(), active_processes={jax.process_index()}
+            ),
+        )
+        self._ocp = ocp
+        self._manager = ocp.CheckpointManager(self.directory, options=options) if (
+            writer or self.directory.is_dir()
+        ) else None
+
+    def generations(self) -> list[int]:
+        """Generations of the complete checkpoints on disk, ascending."""
+        if self._manager is None:
+            return []
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
+
+    def save(self, state: OpenESState, history: dict[str, np.ndarray], config: Any, initial_digest: str) -> None:
+        """Start writing a checkpoint of ``state`` (returns once the arrays are copied to the host)."""
+        if not self.writer:
+            return
+        ocp = self._ocp
+        leaves = _host_leaves(state)
+        history = {name: np.asarray(values) for name, values in history.items()}
+        generation = int(to_numpy(state.generation))
+        meta = {
+            "format": FORMAT,
+            "generation": generation,
+            "config": config,
+            "signature": [entry for entry, _ in leaves],
+            "history": {name: str(values.dtype) for name, values in history.items()},
+            "sha256": _digest(
+                [(entry["path"], array) for entry, array in leaves] + sorted(history.items())
+            ),
+            "initial_sha256": initial_digest,
+        }
+        # Orbax cannot store zero-size arrays; their shape is in the signature.
+        arrays = {"state": {_leaf_name(i): array for i, (_, array) in enumerate(leaves) if array.size}}
+        if generation:
+            arrays["history"] = history
+        self._manager.save(
+            generation, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta))
+        )
+
+    def restore(self, generation: int, like: OpenESState) -> Checkpoint:
+        """The checkpoint of ``generation``, rebuilt with the structure of ``like``.
+
+        Raises ``CheckpointError`` if it is unreadable, fails its checksum, or
+        holds a state of another structure, shape or dtype than ``like``.
+        """
+        ocp = self._ocp
+        path = self.directory / str(generation)
+        try:
+            meta = self._manager.restore(generation, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise ValueError(f"its metadata is not an {FORMAT!r} record")
+            stored = meta["signature"]
+            history_dtypes = meta["history"]
+            meta_generation = int(meta["generation"])
+        except Exception as error:  # orbax, tensorstore and json raise many types
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt or incomplete: {error}. {self._advice(generation)}"
+            ) from error
+        expected = signature(like)
+        if stored != expected:
+            raise CheckpointError(
+                f"checkpoint {path} holds a state of another structure than this run's: "
+                f"{_describe_signature_difference(stored, expected)}. It was made for other params "
+                "or another optimizer; resume it with the same task, params and strategy, or start a new run."
+            )
+        like_leaves = jax.tree.leaves(like)
+        blanks = [np.zeros(_stored_shape(e, leaf), _stored_dtype(e)) for e, leaf in zip(stored, like_leaves)]
+        targets = {_leaf_name(i): blank for i, blank in enumerate(blanks) if blank.size}
+        history_targets = {
+            name: np.zeros((meta_generation,), np.dtype(dtype)) for name, dtype in history_dtypes.items()
+        }
+        array_targets = {"state": targets}
+        if meta_generation:
+            array_targets["history"] = history_targets
+        try:
+            restored = self._manager.restore(
+                generation, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(array_targets))
+            )["arrays"]
+        except Exception as error:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt or incomplete: its arrays cannot be read ({error}). "
+                f"{self._advice(generation)}"
+            ) from error
+        arrays = [
+            np.asarray(restored["state"][_leaf_name(i)]) if _leaf_name(i) in targets else blank
+            for i, blank in enumerate(blanks)
+        ]
+        history = {
+            name: np.asarray(restored["history"][name]) if meta_generation else history_targets[name]
+            for name in history_dtypes
+        }
+        digest = _digest([(e["path"], a) for e, a in zip(stored, arrays)] + sorted(history.items()))
+        if digest != meta["sha256"]:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: its arrays do not match the checksum written with them. "
+                f"{self._advice(generation)}"
+            )
+        leaves = [_from_host(entry, array) for entry, array in zip(stored, arrays)]
+        state = jax.tree.structure(like).unflatten(leaves)
+        return Checkpoint(meta_generation, state, history, meta["config"], meta["initial_sha256"], path)
+
+    def _advice(self, generation: int) -> str:
+        earlier = [g for g in self.generations() if g < generation]
+        if earlier:
+            return (
+                f"Move it away (or delete it) to resume from the previous checkpoint "
+                f"(generation {earlier[-1]}) in {self.directory}."
+            )
+        return "No earlier checkpoint exists; start a new run."
+
+    def wait(self) -> None:
+        """Block until every checkpoint started so far is on disk."""
+        if self._manager is not None:
+            self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        if self._manager is not None:
+            self._manager.wait_until_finished()
+            self._manager.close()
+            self._manager = None
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _stored_dtype(entry: dict) -> np.dtype:
+    """The dtype a leaf is stored as: key data is uint32."""
+    if entry["dtype"].startswith(_KEY_DTYPE_PREFIX):
+        return np.dtype(np.uint32)
+    return np.dtype(entry["dtype"])
+
+
+def _stored_shape(entry: dict, like_leaf) -> tuple[int, ...]:
+    """The shape a leaf is stored as: a key leaf adds its raw data's trailing axes (``[2]`` for threefry)."""
+    if entry["dtype"].startswith(_KEY_DTYPE_PREFIX):
+        return tuple(jax.random.key_data(like_leaf).shape)
+    return tuple(entry["shape"])
+
+
+def _from_host(entry: dict, array: np.ndarray) -> jax.Array:
+    dtype = entry["dtype"]
+    if dtype.startswith(_KEY_DTYPE_PREFIX):
+        return jax.random.wrap_key_data(jnp.asarray(array), impl=dtype[len(_KEY_DTYPE_PREFIX):-1])
+    return jnp.asarray(array)
+
+
+def _describe_signature_difference(stored: list[dict], expected: list[dict]) -> str:
+    def fmt(entry):
+        return f"{entry['dtype']}{entry['shape']}"
+
+    stored_by_path = {e["path"]: e for e in stored}
+    expected_by_path = {e["path"]: e for e in expected}
+    parts = []
+    for path in stored_by_path.keys() - expected_by_path.keys():
+        parts.append(f"the checkpoint has {path} ({fmt(stored_by_path[path])}) which this run lacks")
+    for path in expected_by_path.keys() - stored_by_path.keys():
+        parts.append(f"this run has {path} ({fmt(expected_by_path[path])}) which the checkpoint lacks")
+    for path in stored_by_path.keys() & expected_by_path.keys():
+        if stored_by_path[path] != expected_by_path[path]:
+            parts.append(
+                f"{path} is {fmt(stored_by_path[path])} in the checkpoint but {fmt(expected_by_path[path])} here"
+            )
+    if not parts:
+        parts.append("the same leaves in another order")
+    parts.sort()
+    more = f" (and {len(parts) - 3} more)" if len(parts) > 3 else ""
+    return "; ".join(parts[:3]) + more
+
+
+def describe_difference(old: Any, new: Any, old_name: str = "checkpoint", new_name: str = "this run") -> str:
+    """Every dotted key where the JSON-like configs ``old`` and ``new`` differ."""
+    differences = []
+
+    def walk(a, b, path):
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b), key=str):
+                where = f"{path}.{key}" if path else str(key)
+                if key not in a:
+                    differences.append(f"{where} is only in {new_name} ({b[key]!r})")
+                elif key not in b:
+                    differences.append(f"{where} is only in {old_name} ({a[key]!r})")
+                else:
+                    walk(a[key], b[key], where)
+        elif a != b:
+            differences.append(f"{path or 'config'}: {old_name} has {a!r}, {new_name} has {b!r}")
+
+    walk(old, new, "")
+    return "; ".join(differences) or "no difference"
+
+
+# --------------------------------------------------------------------------- final params
+
+
+def save_params(path: str | os.PathLike, params: PyTree, best_params: PyTree) -> None:
+    """Write ``params`` and ``best_params`` to one ``.npz`` file, atomically.
+
+    Keys are ``"params" + keystr(path)`` (e.g. ``params['w']``, or ``params``
+    for a bare array) and likewise ``best_params...``.
+    """
+    path = pathlib.Path(path)
+    arrays = {}
+    for prefix, tree in (("params", params), ("best_params", best_params)):
+        for leaf_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            arrays[prefix + jax.tree_util.keystr(leaf_path)] = to_numpy(leaf)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_params(path: str | os.PathLike, like: PyTree = None, best: bool = False) -> PyTree:
+    """Params written by ``save_params`` (a run's ``params.npz``).
+
+    Args:
+      path: the ``.npz`` file.
+      like: a pytree of the params' structure (e.g. ``task.init_params(key)``);
+        ``None`` returns a dict ``keystr(path) -> array`` (or the array itself
+        when the params are a single array).
+      best: load ``best_params`` (the best member seen) instead of the mean.
+    """
+    prefix = "best_params" if best else "params"
+    with np.load(path) as data:
+        arrays = {name[len(prefix):]: data[name] for name in data.files if name.startswith(prefix)}
+    if like is None:
+        return arrays[""] if list(arrays) == [""] else arrays
+    flat, treedef = jax.tree_util.tree_flatten_with_path(like)
+    missing = [jax.tree_util.keystr(p) for p, _ in flat if jax.tree_util.keystr(p) not in arrays]
+    if missing or len(flat) != len(arrays):
+        raise ValueError(
+            f"{path} does not hold params of the structure of `like`: it has {sorted(arrays)}, "
+            f"`like` has {[jax.tree_util.keystr(p) for p, _ in flat]}."
+        )
+    return treedef.unflatten([jnp.asarray(arrays[jax.tree_util.keystr(p)]) for p, _ in flat])

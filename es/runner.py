@@ -1,0 +1,331 @@
+"""``es.run``: a long experiment in segments that users can watch, stop and resume.
+
+    result = es.run(strategy, fitness_fn, state, 1000, run_dir="runs/x", segment=50)
+
+The run calls ``es.evolve`` for ``segment`` generations at a time (one
+compiled function, reused) and after each segment
+
+- updates a progress bar (generation, best and mean fitness, generations/s);
+- appends the segment's per-generation metrics to ``<run_dir>/metrics.jsonl``;
+- writes a checkpoint to ``<run_dir>/checkpoints/<generation>/`` (orbax,
+  asynchronous and atomic, the last ``keep_checkpoints`` kept).
+
+Segments are pipelined: segment ``k + 1`` is dispatched before the host logs
+and checkpoints segment ``k``, so host work overlaps device work wherever
+dispatch is asynchronous (GPU, TPU, a single CPU device).
+
+SIGTERM or SIGINT finish the segment in progress, checkpoint it and return a
+``RunResult`` with ``stopped_by`` set (a second signal stops at once; the last
+checkpoint stays valid). ``resume=True`` continues from the latest checkpoint
+and ends bit-identical to a run that was never interrupted, whenever the
+first one was killed.
+
+Only process 0 writes anything (``is_writer``); every process computes.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import numbers
+import os
+import pathlib
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from es.checkpoint import (
+    CheckpointError, Checkpointer, describe_difference, save_params, state_digest, to_numpy,
+)
+from es.engine import evolve
+from es.metrics_log import MetricsLog
+from es.strategy import OpenES, OpenESState
+
+LOG_NAME = "metrics.jsonl"
+CHECKPOINTS_NAME = "checkpoints"
+PARAMS_NAME = "params.npz"
+TIME_NAME = "time_s"
+
+
+def is_writer() -> bool:
+    """Whether this process writes logs, checkpoints and plots: process 0 only.
+
+    Every writing decision of ``es.run`` and the experiment scripts goes
+    through this function.
+    """
+    return jax.process_index() == 0
+
+
+class RunResult(NamedTuple):
+    """What ``es.run`` returns.
+
+    Attributes:
+      state: the final ``OpenESState``.
+      metrics: metric name -> numpy array with one entry per generation of
+        the whole run (resumed parts included), as ``es.evolve`` returns them.
+      time_s: float64 ``[generations]``, wall-clock seconds of the run when
+        each generation's segment finished.
+      stopped_by: the signal number (``signal.SIGTERM``/``SIGINT``) that
+        stopped the run early, or ``None`` when it ran all its generations.
+    """
+
+    state: OpenESState
+    metrics: dict[str, np.ndarray]
+    time_s: np.ndarray
+    stopped_by: int | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.stopped_by is None
+
+
+def segment_lengths(start: int, stop: int, segment: int) -> list[int]:
+    """Lengths of the segments from generation ``start`` to ``stop``, ending on multiples of ``segment``.
+
+    Every segment has ``segment`` generations except possibly the last (when
+    ``stop`` is not a multiple) and the first (when ``start`` is not, after a
+    resume with another segment length): at most two more compilations,
+    each made while the previous segment runs.
+    """
+    lengths = []
+    generation = start
+    while generation < stop:
+        length = min(segment - generation % segment, stop - generation)
+        lengths.append(length)
+        generation += length
+    return lengths
+
+
+def run(
+    strategy: OpenES,
+    fitness_fn: Callable,
+    state: OpenESState,
+    num_generations: int,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    segment: int = 50,
+    keep_checkpoints: int = 3,
+    config: Any = None,
+    resume: bool = False,
+    mesh: Mesh | None = None,
+    progress: bool = True,
+    description: str = "es",
+    handle_signals: bool = True,
+) -> RunResult:
+    """Run ``strategy`` until ``num_generations`` generations, in segments.
+
+    Args:
+      strategy: as for ``es.evolve``.
+      fitness_fn: as for ``es.evolve``.
+      state: the state the run starts from (``strategy.init(...)``). When
+        resuming it must be the same initial state: it gives the structure
+        the checkpoint is restored into, and its digest is checked against
+        the one the run started from.
+      num_generations: total generations of the run (counting from the
+        initial state, not from the checkpoint).
+      run_dir: directory for ``metrics.jsonl``, ``checkpoints/`` and, once
+        complete, ``params.npz`` (params and best_params). ``None``: nothing
+        is written.
+      segment: generations per compiled ``es.evolve`` call; the log and the
+        progress bar advance and a checkpoint is written after each.
+      keep_checkpoints: how many of the latest checkpoints to keep.
+      config: JSON-serialisable description of everything that determines
+        the run's results (task, strategy, seed). Stored in every checkpoint;
+        a resume with another config is refused.
+      resume: continue from the latest checkpoint in ``run_dir`` (a fresh
+        start if there is none). Without it, a ``run_dir`` that already holds
+        checkpoints or log lines is refused rather than overwritten.
+      mesh: as for ``es.evolve``.
+      progress: show a tqdm progress bar on stderr (process 0 only).
+      description: the progress bar's label.
+      handle_signals: on SIGTERM/SIGINT finish the segment, checkpoint and
+        return (only from the main thread).
+
+    Returns:
+      A ``RunResult``. Raises ``CheckpointError`` (a ``ValueError``) when the
+      checkpoint to resume from is corrupt or belongs to another run.
+    """
+    _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume)
+    config = json.loads(json.dumps(config))
+    writer = is_writer()
+    initial_digest = state_digest(state)
+    start, history = 0, {}
+    checkpointer = log = None
+    if run_dir is not None:
+        run_dir = pathlib.Path(run_dir)
+        checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, keep_checkpoints, writer=writer)
+    try:
+        if run_dir is not None:
+            start, state, history = _resume_point(
+                checkpointer, run_dir, state, config, initial_digest, resume, num_generations
+            )
+            if writer:
+                log = MetricsLog(run_dir / LOG_NAME)
+                log.rewrite(history, start)  # exactly the checkpointed generations, nothing after
+        return _run_segments(
+            strategy, fitness_fn, state, num_generations, mesh, segment, start, history, checkpointer,
+            log, config, initial_digest, writer and progress, description, handle_signals,
+            run_dir if writer else None,
+        )
+    finally:
+        if checkpointer is not None:
+            checkpointer.close()
+
+
+def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume) -> None:
+    for name, value, low in (("num_generations", num_generations, 0), ("segment", segment, 1),
+                             ("keep_checkpoints", keep_checkpoints, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"es.run({name}={value!r}): {name} must be an int.")
+        if value < low:
+            raise ValueError(f"es.run({name}={value}): {name} must be >= {low}.")
+    if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(f"es.run(run_dir={run_dir!r}): run_dir must be a path or None.")
+    if not isinstance(resume, bool):
+        raise TypeError(f"es.run(resume={resume!r}): resume must be True or False.")
+    try:
+        json.dumps(config, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"es.run(config=...): config must be JSON-serialisable (dicts with str keys, lists, "
+            f"str, finite numbers, bools, None): {error}."
+        ) from None
+
+
+def _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, num_generations):
+    """``(generation, state, history)`` to start from: the latest checkpoint, or the beginning."""
+    generations = checkpointer.generations()
+    if not resume:
+        log_path = run_dir / LOG_NAME
+        if generations or (log_path.is_file() and log_path.stat().st_size):
+            what = f"checkpoints up to generation {generations[-1]}" if generations else f"a non-empty {LOG_NAME}"
+            raise ValueError(
+                f"run_dir {run_dir} already holds {what}. Pass resume=True (CLI: --resume {run_dir}) "
+                "to continue that run, or choose a new run_dir."
+            )
+        return 0, state, {}
+    if not generations:
+        return 0, state, {}
+    checkpoint = checkpointer.restore(generations[-1], like=state)
+    if checkpoint.config != config:
+        raise CheckpointError(
+            f"checkpoint {checkpoint.path} was made with another config: "
+            f"{describe_difference(checkpoint.config, config)}. Resume with the config the run "
+            "was started with, or start a new run."
+        )
+    if checkpoint.initial_digest != initial_digest:
+        raise CheckpointError(
+            f"checkpoint {checkpoint.path} belongs to a run that started from another initial state "
+            "(another seed or other initial params); pass the state the run was started with."
+        )
+    if checkpoint.generation > num_generations:
+        raise CheckpointError(
+            f"the run in {run_dir} has already done {checkpoint.generation} generations, more than "
+            f"num_generations={num_generations}; ask for at least {checkpoint.generation}."
+        )
+    return checkpoint.generation, checkpoint.state, checkpoint.history
+
+
+class _Stopper:
+    """Turns the first SIGTERM/SIGINT into a request to stop after the segment in progress."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, enabled: bool, verbose: bool):
+        self.signum: int | None = None
+        self._verbose = verbose
+        self._previous = {}
+        if enabled and threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:  # the second signal: stop now, the last checkpoint stays valid
+            self.restore()
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
+        self.signum = signum
+        if self._verbose:  # a raw write: no lock a progress bar or print may hold at this moment
+            message = (f"\nreceived {signal.Signals(signum).name}: finishing the segment in progress, then "
+                       "checkpointing and stopping (send it again to stop at once)\n")
+            os.write(2, message.encode())
+
+    def restore(self):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+
+def _run_segments(strategy, fitness_fn, state, num_generations, mesh, segment, start, history,
+                  checkpointer, log, config, initial_digest, show_progress, description,
+                  handle_signals, params_dir):
+    """The segment loop of ``run``; ``log`` and ``params_dir`` are ``None`` on processes that do not write."""
+    from tqdm.auto import tqdm
+
+    buffers: dict[str, np.ndarray] = {}
+    time_offset = float(history[TIME_NAME][-1]) if start else 0.0
+    bar = tqdm(total=num_generations, initial=start, unit="gen", desc=description, disable=not show_progress,
+               file=sys.stderr, dynamic_ncols=True, smoothing=0.3)
+    stopper = _Stopper(handle_signals, verbose=is_writer())
+    lengths = collections.deque(segment_lengths(start, num_generations, segment))
+    generation = start
+    clock = time.perf_counter()
+    try:
+        if lengths:
+            bar.set_postfix_str("compiling", refresh=True)
+        in_flight = evolve(strategy, fitness_fn, state, lengths.popleft(), mesh) if lengths else None
+        while in_flight is not None:
+            segment_state, segment_metrics = in_flight
+            in_flight = None
+            if lengths and stopper.signum is None:  # dispatch the next segment before waiting for this one
+                in_flight = evolve(strategy, fitness_fn, segment_state, lengths.popleft(), mesh)
+            metrics = {name: to_numpy(values) for name, values in segment_metrics.items()}
+            length = len(next(iter(metrics.values())))
+            elapsed = time_offset + time.perf_counter() - clock
+            metrics[TIME_NAME] = np.full((length,), elapsed, np.float64)
+            if not buffers:
+                buffers = _history_buffers(history, metrics, start, num_generations)
+            for name, values in metrics.items():
+                buffers[name][generation:generation + length] = values
+            stop = generation + length
+            done = {name: values[:stop] for name, values in buffers.items()}
+            if log is not None:
+                log.append(done, generation, stop)
+            if checkpointer is not None:
+                checkpointer.save(segment_state, done, config, initial_digest)
+            bar.set_postfix_str(
+                f"best {metrics['best_fitness'][-1]:.5g}, mean {metrics['fitness_mean'][-1]:.5g}", refresh=False
+            )
+            bar.update(length)
+            generation, state = stop, segment_state
+            if stopper.signum is not None and in_flight is None:
+                break
+    finally:
+        stopper.restore()
+        bar.close()
+    stopped = stopper.signum if generation < num_generations else None
+    if stopped is None and params_dir is not None:
+        save_params(params_dir / PARAMS_NAME, state.params, state.best_params)
+    done = {name: values[:generation] for name, values in (buffers or history).items()}
+    time_s = done.pop(TIME_NAME, np.zeros((0,), np.float64))
+    return RunResult(state, done, time_s, stopped)
+
+
+def _history_buffers(history, metrics, start, num_generations) -> dict[str, np.ndarray]:
+    """Arrays of ``num_generations`` entries per metric, the restored history in front."""
+    buffers = {}
+    for name, values in metrics.items():
+        buffer = np.zeros((num_generations,), values.dtype)
+        if start:
+            if name not in history:
+                raise CheckpointError(f"the checkpoint's history lacks the metric {name!r} that evolve returns.")
+            buffer[:start] = history[name]
+        buffers[name] = buffer
+    return buffers

@@ -1,0 +1,200 @@
+"""Train with OpenAI-ES from a YAML config: progress bar, metrics log, checkpoints, learning curve.
+
+    python -m experiments.train CONFIG.yaml [--set section.key=VALUE ...] [--run-dir DIR]
+    python -m experiments.train [CONFIG.yaml] --resume RUN_DIR [--set run.generations=400]
+
+The run directory (default ``runs/<config name>-<date>-<time>``) holds
+``config.yaml`` (the resolved config), ``metrics.jsonl`` (one line per
+generation), ``checkpoints/<generation>/`` (the last ``run.keep_checkpoints``),
+``params.npz`` (final params and best params) and ``learning_curve.png``.
+``--set`` values are YAML (``--set strategy.popsize=512``,
+``--set 'strategy.sigma={schedule: cosine_decay, init_value: 1.0, decay_steps: 500}'``).
+``--resume`` continues a stopped or killed run bit-identically; it may change
+only ``run.generations``, ``run.segment``, ``run.keep_checkpoints`` (and
+``run.num_devices`` unless ``strategy.exchange`` is ``gradient``).
+
+Every local CPU core is used as one JAX device unless XLA_FLAGS or
+JAX_NUM_CPU_DEVICES says otherwise.
+
+Exit status: 0 the run is complete; 2 a bad config or argument, or a
+checkpoint that was refused (nothing ran); 130 / 143 stopped by SIGINT /
+SIGTERM after checkpointing the segment in progress (continue with
+``--resume RUN_DIR``); 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import pathlib
+import sys
+import time
+
+from experiments import config as config_lib
+from experiments.devices import emulate_cpu_devices
+
+CONFIG_NAME = "config.yaml"
+EXIT_BAD_INPUT = 2
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="the experiment config")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a config value, e.g. strategy.popsize=512 (repeatable)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    parser.add_argument("--run-dir", metavar="DIR", help="directory of a new run (default: runs/<config>-<time>)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    if args.config is None and args.resume is None:
+        parser.error("give a CONFIG.yaml, or --resume RUN_DIR")
+    if args.resume is not None and args.run_dir is not None:
+        parser.error("--run-dir names a new run; --resume RUN_DIR continues an existing one (use one of them)")
+    return args
+
+
+def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
+    """``(run_dir, resolved config, resuming)``; raises ``ConfigError`` for any bad input."""
+    if args.resume is not None:
+        run_dir = pathlib.Path(args.resume)
+        stored_path = run_dir / CONFIG_NAME
+        if not stored_path.is_file():
+            raise config_lib.ConfigError(
+                f"--resume {run_dir}: no {CONFIG_NAME} there; give the run directory experiments.train created."
+            )
+        stored = config_lib.resolve(config_lib.load(stored_path))
+        base = config_lib.resolve(config_lib.load(args.config)) if args.config else stored
+        config = config_lib.resolve(config_lib.apply_overrides(base, args.overrides))
+        old, new = config_lib.identity(stored), config_lib.identity(config)
+        if old != new:
+            from es.checkpoint import describe_difference
+
+            raise config_lib.ConfigError(
+                f"--resume {run_dir}: the config differs from the run's in what determines its results: "
+                f"{describe_difference(old, new, 'the run', 'now')}. Only run.generations, run.segment, run.keep_checkpoints "
+                "(and run.num_devices) may change; start a new run for anything else."
+            )
+        return run_dir, config, True
+    config = config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(config_lib.load(args.config)),
+                                                            args.overrides))
+    if args.run_dir is not None:
+        run_dir = pathlib.Path(args.run_dir)
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir = pathlib.Path("runs") / f"{pathlib.Path(args.config).stem}-{stamp}"
+        suffix = 1
+        while run_dir.exists():
+            suffix += 1
+            run_dir = run_dir.with_name(f"{pathlib.Path(args.config).stem}-{stamp}-{suffix}")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise config_lib.ConfigError(
+            f"--run-dir {run_dir} exists and is not empty; continue it with --resume {run_dir}, "
+            "or choose another --run-dir."
+        )
+    return run_dir, config, False
+
+
+def make_mesh(config: dict, popsize: int):
+    """The mesh of ``run.num_devices`` devices (null: the most devices that divide popsize)."""
+    import jax
+
+    import es
+
+    requested = config["run"]["num_devices"]
+    available = jax.device_count()
+    if requested is None:
+        count = max(n for n in range(1, available + 1) if popsize % n == 0)
+        return es.make_mesh(count)
+    if requested > available:
+        raise config_lib.ConfigError(
+            f"run.num_devices={requested}, but only {available} device(s) exist; use null (all) or at most "
+            f"{available}. {es.mesh.EMULATE_HINT}"
+        )
+    if popsize % requested:
+        raise config_lib.ConfigError(
+            f"strategy.popsize={popsize} is not divisible by run.num_devices={requested}; "
+            f"use a multiple of {requested} or another device count."
+        )
+    return es.make_mesh(requested)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    emulate_cpu_devices()  # before JAX starts its backend
+    try:
+        run_dir, config, resuming = prepare(args)
+        experiment = config_lib.build(config)
+    except config_lib.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    import jax
+
+    import es
+    from es.engine import check_evolve_args
+
+    task, strategy = experiment
+    run = config["run"]
+    try:
+        fitness, state = config_lib.initial_state(task, strategy, run["seed"])
+        mesh = make_mesh(config, strategy.popsize)
+        check_evolve_args(strategy, fitness, state, run["generations"], mesh)
+    except config_lib.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (TypeError, ValueError) as error:  # es's own checks of the strategy against the task
+        print(f"error: strategy / task: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    writer = es.is_writer()
+    if writer:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / CONFIG_NAME).write_text(config_lib.dump(config))
+        options = ", ".join(f"{k}={v}" for k, v in config["task"]["options"].items())
+        print(
+            f"{config['task']['name']}({options}) | OpenES popsize {strategy.popsize} | {run['generations']} "
+            f"generations in segments of {run['segment']} | {mesh.size} {jax.default_backend()} device(s)\n"
+            f"run dir: {run_dir}" + (" (resuming)" if resuming else ""),
+            flush=True,
+        )
+    start = time.perf_counter()
+    try:
+        result = es.run(
+            strategy, fitness, state, run["generations"], run_dir=run_dir, segment=run["segment"],
+            keep_checkpoints=run["keep_checkpoints"], config=config_lib.identity(config), resume=resuming,
+            mesh=mesh, progress=not args.no_progress, description=config["task"]["name"],
+        )
+    except es.CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if writer:
+        _report(run_dir, result, time.perf_counter() - start)
+    return 0 if result.completed else 128 + result.stopped_by
+
+
+def _report(run_dir: pathlib.Path, result, seconds: float) -> None:
+    from experiments.plot import CURVE_NAME, plot_runs
+
+    generations = int(result.state.generation)
+    written = [CONFIG_NAME, f"metrics.jsonl ({generations} lines)", "checkpoints/"]
+    if generations:
+        plot_runs([run_dir], run_dir / CURVE_NAME)
+        written.append(CURVE_NAME)
+    if result.completed:
+        written.insert(3, "params.npz")
+        best = result.metrics["best_fitness"][-1] if generations else float("nan")
+        mean = result.metrics["fitness_mean"][-1] if generations else float("nan")
+        print(f"done: {generations} generations in {seconds:.1f} s; best fitness {best:.6g}, "
+              f"last population mean {mean:.6g}")
+    else:
+        import signal
+
+        print(f"stopped by {signal.Signals(result.stopped_by).name} at generation {generations} (checkpointed); "
+              f"continue with: python -m experiments.train --resume {run_dir}")
+    print(f"wrote {run_dir}/: {', '.join(written)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Experiment configs: defaults, --set overrides with YAML values, and errors that name the key and the choices."""
+
+import optax
+import pytest
+
+import es
+from experiments import config as config_lib
+
+TINY = {"task": {"name": "sphere", "options": {"dim": 4}}, "strategy": {"popsize": 8}}
+
+
+def resolved(overrides=(), raw=TINY):
+    return config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(raw), list(overrides)))
+
+
+def test_resolve_fills_every_default_and_builds_the_strategy():
+    config = resolved()
+    assert config["strategy"]["optimizer"] == {"name": "adam", "learning_rate": 0.01}
+    assert config["strategy"]["noise"] == {"name": "prng"}
+    assert config["run"] == {"generations": 200, "seed": 0, "num_devices": None, "segment": 50,
+                             "keep_checkpoints": 3}
+    task, strategy = config_lib.build(config)
+    assert task.dim == 4
+    assert isinstance(strategy, es.OpenES) and strategy.popsize == 8 and strategy.sigma == 0.05
+
+
+def test_set_overrides_take_yaml_values_and_reach_nested_keys():
+    config = resolved([
+        "strategy.popsize=16",
+        "strategy.antithetic=false",
+        "strategy.optimizer.learning_rate=1e-3",  # YAML 1.1 would read this as a string
+        "strategy.sigma={schedule: exponential_decay, init_value: 0.5, transition_steps: 10, decay_rate: 0.9}",
+        "strategy.noise={name: table, size: 1000}",
+        "run.num_devices=null",
+    ])
+    strategy = config["strategy"]
+    assert strategy["popsize"] == 16 and strategy["antithetic"] is False
+    assert strategy["optimizer"] == {"name": "adam", "learning_rate": 0.001}
+    assert strategy["noise"] == {"name": "table", "size": 1000, "seed": 0}
+    _, built = config_lib.build(config)
+    assert built.noise == es.NoiseTable(1000, 0)
+    assert float(built.sigma_at(10)) == pytest.approx(0.45)
+
+
+def test_schedules_map_to_optax_and_reach_optimizer_arguments():
+    config = resolved(["strategy.optimizer={name: sgd, momentum: 0.9, learning_rate: "
+                       "{schedule: cosine_decay, init_value: 0.1, decay_steps: 100}}"])
+    _, strategy = config_lib.build(config)
+    assert isinstance(strategy.optimizer, optax.GradientTransformation)
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["strategi.popsize=3"], ["unknown config section 'strategi'", "['task', 'strategy', 'run']",
+                                  "did you mean 'strategy'"]),
+        (["strategy.popsiz=3"], ["unknown key 'strategy.popsiz'", "'popsize'", "did you mean 'popsize'"]),
+        (["strategy.popsize=abc"], ["strategy.popsize must be an int", "'abc'"]),
+        (["strategy.antithetic=1"], ["strategy.antithetic must be true or false"]),
+        (["run.seed=1.5"], ["run.seed must be an int"]),
+        (["strategy.fitness_shaping=rank"], ["strategy.fitness_shaping", "'centered_rank'", "'z_score'"]),
+        (["strategy.exchange=params"], ["strategy.exchange", "['fitness', 'gradient']"]),
+        (["task.name=cartpol"], ["task.name: 'cartpol' is not valid", "'sphere'"]),
+        (["strategy.optimizer.name=adamm"], ["unknown optimizer 'adamm'", "'sgd'", "did you mean 'adam'"]),
+        (["strategy.optimizer.lr=0.1"], ["strategy.optimizer", "'lr'", "'learning_rate'"]),
+        (["strategy.sigma={schedule: cosine, init_value: 1.0}"], ["unknown schedule 'cosine'", "'cosine_decay'"]),
+        (["strategy.sigma={schedule: cosine_decay, init_value: 1.0}"], ["strategy.sigma", "'decay_steps'"]),
+        (["strategy.sigma={init_value: 1.0}"], ["strategy.sigma", "without 'schedule'"]),
+        (["strategy.noise=tabel"], ["strategy.noise", "['prng', 'table']"]),
+        (["strategy.noise={name: table, sise: 5}"], ["unknown key 'strategy.noise.sise'", "'size'"]),
+        (["strategy.sigma.init_value=2"], ["strategy.sigma is 0.05, not a mapping"]),
+        (["popsize=3"], ["section.key"]),
+        (["strategy.popsize"], ["section.key=value"]),
+        (["strategy.popsize=[1"], ["not valid YAML"]),
+    ],
+)
+def test_bad_keys_and_values_are_named_with_the_valid_choices(overrides, fragments):
+    with pytest.raises(config_lib.ConfigError) as info:
+        resolved(overrides)
+    for fragment in fragments:
+        assert fragment in str(info.value), (fragment, str(info.value))
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["task.options.dims=3"], ["task.options", "['dims']", "['dim']"]),
+        (["strategy.popsize=7"], ["strategy", "popsize", "even"]),
+        (["strategy.weight_decay=-1"], ["weight_decay", ">= 0"]),
+        (["strategy.sigma={schedule: cosine_decay, init_value: 1.0, decay_steps: 20}", "run.generations=40"],
+         ["strategy.sigma", "0 at generation 20", "alpha > 0"]),
+        (["run.segment=0"], ["run.segment must be >= 1"]),
+    ],
+)
+def test_bad_values_are_refused_when_building(overrides, fragments):
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.build(resolved(overrides))
+    for fragment in fragments:
+        assert fragment in str(info.value), (fragment, str(info.value))
+
+
+def test_resolved_config_round_trips_through_yaml(tmp_path):
+    config = resolved(["strategy.optimizer.learning_rate=3e-4", "strategy.weight_decay=0.1"])
+    path = tmp_path / "config.yaml"
+    path.write_text(config_lib.dump(config))
+    assert config_lib.resolve(config_lib.load(path)) == config
+
+
+def test_identity_ignores_what_a_resume_may_change():
+    base = resolved()
+    extended = resolved(["run.generations=400", "run.segment=10", "run.keep_checkpoints=1", "run.num_devices=2"])
+    assert config_lib.identity(base) == config_lib.identity(extended)
+    assert config_lib.identity(base) != config_lib.identity(resolved(["run.seed=1"]))
+    gradient = resolved(["strategy.exchange=gradient"])
+    assert config_lib.identity(gradient) != config_lib.identity(resolved(["strategy.exchange=gradient",
+                                                                          "run.num_devices=2"]))

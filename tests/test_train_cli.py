@@ -1,0 +1,157 @@
+"""The training CLI in subprocesses: a run killed with SIGKILL or stopped with SIGTERM resumes bit for bit."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GENERATIONS = 40
+CONFIG = f"""
+task: {{name: sphere, options: {{dim: 6}}}}
+strategy: {{popsize: 8, sigma: 0.1, optimizer: {{name: adam, learning_rate: 0.05}}}}
+run: {{generations: {GENERATIONS}, seed: 0, segment: 2, keep_checkpoints: 2}}
+"""
+TIMEOUT = 180
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """The children share JAX's persistent compilation cache: only the first one compiles."""
+    CHILD_ENV["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path_factory.mktemp("jax-cache"))
+    yield
+    CHILD_ENV.pop("JAX_COMPILATION_CACHE_DIR")
+
+
+CHILD_ENV = {"JAX_NUM_CPU_DEVICES": "2", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
+def child_env():
+    """Two CPU devices in the child (not the 8 of this test session), and the shared compilation cache."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return {**env, **CHILD_ENV}
+
+
+def train(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "experiments.train", *map(str, args), "--no-progress"],
+                            cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)
+
+
+def finish(process):
+    out, err = process.communicate(timeout=TIMEOUT)
+    return process.returncode, out + err
+
+
+def checkpoints(run_dir):
+    directory = run_dir / "checkpoints"
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
+
+
+def wait_for_first_checkpoint(process, run_dir):
+    deadline = time.monotonic() + TIMEOUT
+    while not checkpoints(run_dir):
+        assert process.poll() is None, finish(process)
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.01)
+
+
+def metric_rows(run_dir):
+    """The logged metrics (without wall-clock times), one dict per line, and the raw lines."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    return [{k: v for k, v in row.items() if k != "time_s"} for row in rows], lines
+
+
+def params(run_dir):
+    with np.load(run_dir / "params.npz") as data:
+        return {name: data[name] for name in data.files}
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("config") / "tiny.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(config_path, tmp_path_factory):
+    """An uninterrupted run of the CLI (also its smoke test)."""
+    run_dir = tmp_path_factory.mktemp("runs") / "reference"
+    code, output = finish(train(config_path, "--run-dir", run_dir))
+    assert code == 0, output
+    return run_dir
+
+
+def test_cli_writes_the_run_directory_and_plots_runs(reference, tmp_path):
+    assert {p.name for p in reference.iterdir()} == {
+        "config.yaml", "metrics.jsonl", "checkpoints", "params.npz", "learning_curve.png"}
+    rows, _ = metric_rows(reference)
+    assert [row["generation"] for row in rows] == list(range(GENERATIONS))
+    assert checkpoints(reference) == [GENERATIONS - 2, GENERATIONS]
+    assert set(params(reference)) == {"params", "best_params"}
+    assert (reference / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    output = tmp_path / "both.png"
+    plot = subprocess.run([sys.executable, "-m", "experiments.plot", reference, reference, "-o", output],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert plot.returncode == 0, plot.stderr
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def assert_resumes_to_the_reference(run_dir, reference, lines_before):
+    code, output = finish(train("--resume", run_dir))
+    assert code == 0, output
+    rows, lines = metric_rows(run_dir)
+    reference_rows, _ = metric_rows(reference)
+    assert rows == reference_rows  # every generation once, with exactly the uninterrupted values
+    params_now, params_reference = params(run_dir), params(reference)
+    for name in params_reference:
+        assert params_now[name].tobytes() == params_reference[name].tobytes(), name
+    # It resumed rather than restarted: the checkpointed lines (times included) are the killed run's.
+    assert lines[: len(lines_before)] == lines_before
+
+
+def test_resume_is_bit_identical_after_sigkill(config_path, reference, tmp_path):
+    run_dir = tmp_path / "killed"
+    process = train(config_path, "--run-dir", run_dir)
+    wait_for_first_checkpoint(process, run_dir)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=TIMEOUT)
+    checkpointed = checkpoints(run_dir)[-1]
+    assert checkpointed < GENERATIONS, "the run finished before it was killed"
+    assert not (run_dir / "params.npz").exists()
+    lines = (run_dir / "metrics.jsonl").read_text().split("\n")[:checkpointed]  # the last line may be cut
+    assert len(lines) == checkpointed, "the log must reach the checkpoint"
+    assert_resumes_to_the_reference(run_dir, reference, lines)
+
+
+def test_sigterm_finishes_the_segment_checkpoints_and_exits_143(config_path, reference, tmp_path):
+    run_dir = tmp_path / "stopped"
+    process = train(config_path, "--run-dir", run_dir)
+    wait_for_first_checkpoint(process, run_dir)
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 128 + signal.SIGTERM, output
+    assert "stopped by SIGTERM" in output and f"--resume {run_dir}" in output
+    stopped_at = checkpoints(run_dir)[-1]
+    assert stopped_at < GENERATIONS and stopped_at % 2 == 0
+    rows, lines = metric_rows(run_dir)
+    assert [row["generation"] for row in rows] == list(range(stopped_at))  # log == checkpoint
+    assert not (run_dir / "params.npz").exists()
+    assert_resumes_to_the_reference(run_dir, reference, lines)
+
+
+def test_bad_set_key_is_refused_before_anything_runs(config_path, tmp_path):
+    run_dir = tmp_path / "bad"
+    code, output = finish(train(config_path, "--set", "strategy.popsiz=16", "--run-dir", run_dir))
+    assert code == 2
+    assert "unknown key 'strategy.popsiz'" in output and "did you mean 'popsize'" in output
+    assert "Traceback" not in output
+    assert not run_dir.exists()
