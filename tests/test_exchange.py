@@ -58,19 +58,16 @@ def test_gradient_exchange_on_one_device_is_the_fitness_computation():
 def test_fitness_exchange_is_bit_identical_across_device_counts_and_gradient_is_close():
     fitness_mode, gradient_mode = strategies()
     params = jnp.linspace(-2.0, 2.0, 300)
-    f_reference, g_reference = run(fitness_mode, params, 2, 1), run(gradient_mode, params, 2, 1)
-    for num_devices in (2, 8):
-        chex.assert_trees_all_equal(run(fitness_mode, params, 2, num_devices), f_reference)
-        g_state, _ = run(gradient_mode, params, 2, num_devices)
-        # "gradient" sums per device, then across devices: same terms, another order.
-        np.testing.assert_allclose(np.asarray(g_state.params), np.asarray(g_reference[0].params), rtol=1e-5)
+    chex.assert_trees_all_equal(run(fitness_mode, params, 2, 8), run(fitness_mode, params, 2, 1))
+    # "gradient" sums per device, then across devices: the same terms in another order.
+    one, eight = run(gradient_mode, params, 2, 1)[0], run(gradient_mode, params, 2, 8)[0]
+    np.testing.assert_allclose(np.asarray(eight.params), np.asarray(one.params), rtol=1e-5)
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
-def test_bytes_per_generation_of_each_exchange_mode(source):
+def test_bytes_per_generation_of_each_exchange_mode_with_the_noise_table():
     """"fitness": popsize floats (the table is never sent). "gradient": that plus one params-sized vector."""
     popsize, dim, slack = 64, 5_000, 64
-    fitness_mode, gradient_mode = strategies(noise=source)
+    fitness_mode, gradient_mode = strategies(noise=SOURCES[1])
     state = fitness_mode.init(jax.random.key(0), jnp.zeros(dim))
     mesh = es.make_mesh(8)
     fitness_report = es.collectives_report(fitness_mode, sphere, state, mesh)

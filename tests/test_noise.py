@@ -38,9 +38,10 @@ def test_standard_normal_accepts_raw_and_non_threefry_keys():
 
 
 def test_noise_table_is_jax_random_normal_of_its_seed():
-    table = jax.jit(es.NoiseTable(size=5000, seed=9).prepare, static_argnums=0)(10)
-    chex.assert_trees_all_equal(table, jax.random.normal(jax.random.key(9), (5000,)))
-    other = jax.jit(es.NoiseTable(size=5000, seed=10).prepare, static_argnums=0)(10)
+    size = 2**16 + 1234  # built 2**16 values per step: a full row and a partial one
+    table = jax.jit(es.NoiseTable(size=size, seed=9).prepare, static_argnums=0)(10)
+    chex.assert_trees_all_equal(table, jax.random.normal(jax.random.key(9), (size,)))
+    other = jax.jit(es.NoiseTable(size=size, seed=10).prepare, static_argnums=0)(10)
     assert not np.array_equal(np.asarray(table), np.asarray(other))
 
 
@@ -173,11 +174,10 @@ def run(strategy, fitness_fn, params, generations, num_devices):
 
 
 def test_noise_table_is_bit_identical_across_device_counts():
+    """1 vs 8 devices (the PRNG source is checked on 1, 2, 4 and 8 in test_engine.py)."""
     strategy = es.OpenES(popsize=32, sigma=0.1, noise=es.NoiseTable(size=4096, seed=1))
     params = jnp.linspace(-3.0, 3.0, 200)
-    reference = run(strategy, rastrigin, params, 3, num_devices=1)
-    for num_devices in (2, 4, 8):
-        chex.assert_trees_all_equal(run(strategy, rastrigin, params, 3, num_devices), reference)
+    chex.assert_trees_all_equal(run(strategy, rastrigin, params, 3, 8), run(strategy, rastrigin, params, 3, 1))
 
 
 def test_noise_table_learns_like_fresh_noise():
@@ -195,17 +195,17 @@ def test_compiled_memory_is_flat_in_popsize(source):
     the evaluation micro-batch has already reached its (popsize-independent)
     budget.
     """
-    dim = 10_000
+    dim = 20_000
 
     def temp_bytes(popsize):
         strategy = es.OpenES(popsize=popsize, noise=source)
         state = strategy.init(jax.random.key(0), jnp.ones(dim))
-        compiled = engine._evolve_compiled.lower(strategy, FitnessRef(rastrigin), es.make_mesh(1), 2, state).compile()
+        compiled = engine._evolve_compiled.lower(strategy, FitnessRef(rastrigin), es.make_mesh(1), 1, state).compile()
         return compiled.memory_analysis().temp_size_in_bytes
 
-    small, large = temp_bytes(1024), temp_bytes(8192)
-    assert large - small < 64 * (8192 - 1024), (small, large)  # 64 B/member; a perturbation is 40,000 B
-    assert large < 8192 * dim * 4 / 50  # under 2% of a materialised population
+    small, large = temp_bytes(512), temp_bytes(4096)
+    assert large - small < 64 * (4096 - 512), (small, large)  # 64 B/member; a perturbation is 80,000 B
+    assert large < 4096 * dim * 4 / 50  # under 2% of a materialised population
 
 
 def test_noise_table_validation_is_clear():
