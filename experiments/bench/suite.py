@@ -3,6 +3,7 @@
     python -m experiments.bench.suite            # the full grid (tens of minutes on 2 CPU cores)
     python -m experiments.bench.suite --quick    # a subset, under 5 minutes on 2 CPU cores
     python -m experiments.bench.suite --out /tmp/suite.json   # also writes /tmp/suite.md and /tmp/suite.png
+    python -m experiments.bench.suite --sphere 1000000x1024 100000x4096 --no-tasks --out /tmp/targets.json
 
 Every implementation of a configuration runs in its own long-lived worker
 process (compiled once, then timed on command), and the parent alternates
@@ -413,7 +414,7 @@ def comparison_table(results: list[dict]) -> str:
         throughput = [f"{s[name]['throughput'] / 1e6:.0f}" if s[name]["status"] == "ok" else "-" for name in IMPLEMENTATIONS]
         times = [cell_time(s[name]) for name in IMPLEMENTATIONS]
         if s["es table"]["status"] == "ok":
-            times[1] += f" (+ {s['es table']['setup_s']:.2f})"
+            times[1] += f" (+ {max(s['es table']['setup_s'], 0.0):.2f})"  # a difference of two timings
         rows.append([r["problem"], f"{r['params']:,}", r["popsize"], r["generations"], *times,
                      ratio(s["es PRNG"], s["evosax"]), ratio(s["es table"], s["evosax"]), *throughput])
     return markdown_table(header, rows)
@@ -473,6 +474,10 @@ def plot(results: list[dict], path: str) -> None:
             points = [(r["params"], r["summary"][name]["throughput"]) for r in rows if r["summary"][name]["status"] == "ok"]
             if points:
                 ax.plot(*zip(*points), marker=marker, label=name)
+            for r in rows:
+                if r["summary"][name]["status"].startswith("OOM"):
+                    ax.annotate(f"{name}: {r['summary'][name]['status']}", (r["params"], ax.get_ylim()[0]),
+                                xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(f"sphere, popsize {popsize:,}")
@@ -501,6 +506,9 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="JSON results path (default experiments/bench/results/suite[-quick].json)")
     parser.add_argument("--rounds", type=int, default=None, help="timed calls per implementation (default 3 quick, 5 full)")
     parser.add_argument("--mem-limit-gib", type=float, default=None)
+    parser.add_argument("--sphere", nargs="*", metavar="PARAMSxPOPSIZE", default=None,
+                        help="sphere configurations to run instead of the grid, e.g. 1000000x1024 (none: only tasks)")
+    parser.add_argument("--no-tasks", action="store_true", help="skip CartPole-v1 and Pendulum-v1")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--bytes-child", help=argparse.SUPPRESS)
     parser.add_argument("--reconstruction-child", help=argparse.SUPPRESS)
@@ -524,9 +532,12 @@ def main() -> None:
     print(f"# es vs evosax ({'quick' if args.quick else 'full'}), machine: {machine}", flush=True)
     print(f"# rounds {rounds}, memory limit per worker {limit_gib:.1f} GiB", flush=True)
 
-    configs = [("sphere", d, p) for d, p in (SPHERE_QUICK if args.quick else SPHERE_FULL)]
+    grid = SPHERE_QUICK if args.quick else SPHERE_FULL
+    if args.sphere is not None:
+        grid = [tuple(int(float(v)) for v in config.lower().split("x")) for config in args.sphere]
+    configs = [("sphere", d, p) for d, p in grid]
     skipped = []
-    for name, ok in tasks_available().items():
+    for name, ok in ({} if args.no_tasks else tasks_available()).items():
         if ok:
             configs.append((name, 0, TASK_POPSIZE))
         else:
