@@ -9,17 +9,20 @@ from shared keys, so results are bit-identical on any number of devices.
     state, metrics = es.evolve(strategy, fitness_fn, state, 100, mesh=es.make_mesh())
     result = es.run(strategy, fitness_fn, state, 1000, run_dir="runs/x")  # progress, log, checkpoints
 
-Importing ``es`` creates no JAX arrays and starts no backend.
+Importing ``es`` creates no JAX arrays and starts no backend, so
+``es.distributed.initialize()`` can follow it; after that ``es.make_mesh()``
+spans every process's devices (``docs/distributed.md``, ``python -m es.launch``).
 """
 
-from es import checkpoint, shaping
+from es import checkpoint, distributed, shaping
 from es.checkpoint import CheckpointError, load_params
 from es.collectives import Collective, CollectivesReport, collectives_report, compiled_generation_hlo
 from es.engine import METRIC_NAMES, evolve, generation_step
 from es.fitness import StatefulFitness
 from es.mesh import POPULATION_AXIS, make_mesh
 from es.noise import GaussianNoise, NoiseTable
-from es.runner import RunResult, is_writer, run
+from es.distributed import is_writer
+from es.runner import RunResult, run
 from es.strategy import OpenES, OpenESState
 
 __version__ = "0.1.0"
@@ -39,6 +42,7 @@ __all__ = [
     "checkpoint",
     "collectives_report",
     "compiled_generation_hlo",
+    "distributed",
     "evolve",
     "generation_step",
     "is_writer",

@@ -3,7 +3,8 @@
 A checkpoint is the directory ``<checkpoints>/<generation>/``. Orbax writes it
 to a temporary directory and renames it when complete, so a process killed
 mid-write leaves no half checkpoint (the leftover temporary directory is
-removed when the run is reopened). Each holds two orbax items:
+removed when the run is reopened; so is an old checkpoint whose deletion,
+to keep only the last n, a kill interrupted). Each holds two orbax items:
 
 - ``arrays``: ``state``, every array of the ``OpenESState`` (PRNG keys as
   their raw key data, rebuilt as the same kind of key on restore), and
@@ -23,6 +24,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 from typing import Any, NamedTuple
 
 import jax
@@ -35,6 +37,11 @@ PyTree = Any
 
 FORMAT = "es-checkpoint-1"
 _KEY_DTYPE_PREFIX = "key<"
+
+
+# What orbax writes into every checkpoint before renaming it into place: our two items, its step
+# metadata and its commit marker.
+_COMMITTED_CHECKPOINT_ENTRIES = ("arrays", "meta", "_CHECKPOINT_METADATA", "commit_success.txt")
 
 
 class CheckpointError(ValueError):
@@ -151,9 +158,30 @@ class Checkpointer:
             ),
         )
         self._ocp = ocp
-        self._manager = ocp.CheckpointManager(self.directory, options=options) if (
-            writer or self.directory.is_dir()
-        ) else None
+        self._manager = None
+        if writer:
+            self._remove_interrupted_deletions()
+            self._manager = ocp.CheckpointManager(self.directory, options=options)
+            # Removing a killed write's temporary directory runs in the background; finish it now, so that
+            # the other processes, which list the checkpoints next, never see a directory vanish.
+            getattr(self._manager, "_maybe_await_cleanup_tmp_directory", lambda: None)()
+        elif self.directory.is_dir():
+            with _without_read_only_warning():
+                self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def _remove_interrupted_deletions(self) -> None:
+        """Finish deleting old checkpoints that a kill left half deleted.
+
+        Orbax removes a checkpoint beyond the last ``keep`` file by file; killed
+        meanwhile, it leaves a directory that still looks like a step but lacks
+        some of what every committed checkpoint has. Only older checkpoints are
+        ever deleted, so the newest is left alone (restoring it checks it).
+        """
+        steps = sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit() and p.is_dir())
+        for step in steps[:-1]:
+            path = self.directory / str(step)
+            if not all((path / name).exists() for name in _COMMITTED_CHECKPOINT_ENTRIES):
+                shutil.rmtree(path, ignore_errors=True)
 
     def generations(self) -> list[int]:
         """Generations of the complete checkpoints on disk, ascending."""
@@ -276,6 +304,23 @@ class Checkpointer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _without_read_only_warning:
+    """Drops orbax's "Given directory is read only" warning: reading without writing is what we ask for."""
+
+    def __enter__(self):
+        import logging
+
+        self._logger = logging.getLogger("absl")
+        self._logger.addFilter(self._filter)
+
+    @staticmethod
+    def _filter(record) -> bool:
+        return not str(record.msg).startswith("Given directory is read only")
+
+    def __exit__(self, *exc):
+        self._logger.removeFilter(self._filter)
 
 
 def _stored_dtype(entry: dict) -> np.dtype:

@@ -14,10 +14,10 @@ import re
 from typing import Callable, NamedTuple
 
 import jax
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
 from es import engine
+from es.distributed import replicate
 from es.fitness import FitnessRef
 from es.strategy import OpenES, OpenESState
 
@@ -144,7 +144,7 @@ def compiled_generation_hlo(
 ) -> str:
     """Optimised HLO text of one generation of ``strategy`` on ``mesh``."""
     mesh = engine.check_evolve_args(strategy, fitness_fn, state, 1, mesh)
-    state = jax.device_put(state, NamedSharding(mesh, P()))
+    state = replicate(state, mesh)
     lowered = _one_generation.lower(strategy, FitnessRef(fitness_fn), mesh, state)
     return lowered.compile().as_text()
 

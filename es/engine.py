@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from es import population, shaping
@@ -36,6 +36,7 @@ from es.batching import (
     map_chunks,
     sum_in_batches,
 )
+from es.distributed import replicate
 from es.fitness import FitnessRef, StatefulFitness, check_fitness_output
 from es.mesh import resolve_mesh
 from es.strategy import OpenES, OpenESState, check_key, check_params
@@ -75,15 +76,18 @@ def evolve(
         ``es.StatefulFitness``); higher is better when ``strategy.maximize``.
       state: from ``strategy.init`` or a previous ``evolve``.
       num_generations: a Python int >= 0 (static: the scan length).
-      mesh: the devices to shard the population over (``es.make_mesh()``);
-        ``None`` runs on the default device.
+      mesh: the devices to shard the population over (``es.make_mesh()``,
+        which spans every process after ``es.distributed.initialize``);
+        ``None`` runs on this process's default device.
 
     Returns:
       ``(state, metrics)``: the new state, replicated on the mesh, and a dict
       of arrays with leading axis ``num_generations`` (see ``METRIC_NAMES``).
+      On a mesh spanning processes both are global arrays that every process
+      can read (``np.asarray``, ``es.distributed.fetch``).
     """
     mesh = check_evolve_args(strategy, fitness_fn, state, num_generations, mesh)
-    state = jax.device_put(state, NamedSharding(mesh, P()))
+    state = replicate(state, mesh)
     return _evolve_compiled(strategy, FitnessRef(fitness_fn), mesh, int(num_generations), state)
 
 

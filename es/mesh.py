@@ -17,9 +17,15 @@ EMULATE_HINT = (
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
-    """A 1-D mesh (axis ``"population"``) over the first ``num_devices`` of ``jax.devices()``.
+    """A 1-D mesh (axis ``"population"``) over ``num_devices`` devices.
 
-    ``None`` uses every device (of every process, after ``es.distributed.initialize``).
+    Single process: the first ``num_devices`` of ``jax.devices()``. After
+    ``es.distributed.initialize`` with several processes, ``jax.devices()``
+    lists every process's devices and the mesh takes ``num_devices /
+    num_processes`` devices of each process, in process order, so that every
+    process takes part (all processes must call ``evolve`` alike).
+
+    ``None`` uses every device (of every process).
     """
     devices = jax.devices()
     if num_devices is None:
@@ -33,13 +39,44 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
             f"make_mesh(num_devices={num_devices}): only {len(devices)} "
             f"{devices[0].platform.upper()} device(s) are available. {EMULATE_HINT}"
         )
-    return jax.make_mesh((int(num_devices),), (POPULATION_AXIS,), devices=devices[: int(num_devices)])
+    return jax.make_mesh((int(num_devices),), (POPULATION_AXIS,), devices=_mesh_devices(devices, int(num_devices)))
+
+
+def _mesh_devices(devices: list, num_devices: int) -> list:
+    """The first ``num_devices / num_processes`` devices of every process, in process order."""
+    processes = sorted({d.process_index for d in devices})
+    if len(processes) == 1:
+        return devices[:num_devices]
+    if num_devices % len(processes):
+        raise ValueError(
+            f"make_mesh(num_devices={num_devices}): this run has {len(processes)} processes and every "
+            f"one must take part, so num_devices must be a multiple of {len(processes)} "
+            f"(e.g. {-(-num_devices // len(processes)) * len(processes)}), or None for every device. "
+            "For a run on this process alone, use mesh=None."
+        )
+    per_process = num_devices // len(processes)
+    chosen = []
+    for process in processes:
+        own = sorted((d for d in devices if d.process_index == process), key=lambda d: d.id)
+        if per_process > len(own):
+            raise ValueError(
+                f"make_mesh(num_devices={num_devices}): process {process} has only {len(own)} device(s), "
+                f"fewer than the {per_process} per process that {num_devices} devices over "
+                f"{len(processes)} processes need."
+            )
+        chosen += own[:per_process]
+    return chosen
 
 
 def resolve_mesh(mesh: Mesh | None) -> Mesh:
-    """``mesh``, or a one-device mesh on the default device when ``None``."""
+    """``mesh``, or a one-device mesh on this process's default device when ``None``.
+
+    In a multi-process run ``None`` therefore means a process-local run: every
+    process computes the whole population on its own device, with no
+    communication (and the same results as on any mesh).
+    """
     if mesh is None:
-        return make_mesh(1)
+        return jax.make_mesh((1,), (POPULATION_AXIS,), devices=jax.local_devices()[:1])
     if not isinstance(mesh, Mesh):
         raise TypeError(
             f"mesh must be a jax.sharding.Mesh (e.g. es.make_mesh()) or None, got {type(mesh).__name__}."

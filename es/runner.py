@@ -20,12 +20,17 @@ checkpoint stays valid). ``resume=True`` continues from the latest checkpoint
 and ends bit-identical to a run that was never interrupted, whenever the
 first one was killed.
 
-Only process 0 writes anything (``is_writer``); every process computes.
+Only process 0 writes anything (``is_writer``); every process computes. In a
+multi-process run every process reads the checkpoint it resumes from, the
+processes check that they resume from the same one, and they agree (through
+JAX's coordination service, host-side) at every segment boundary whether to
+stop, so a signal to any of them stops all of them after the same segment.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import numbers
 import os
@@ -40,9 +45,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from es import distributed
 from es.checkpoint import (
     CheckpointError, Checkpointer, describe_difference, save_params, state_digest, to_numpy,
 )
+from es.distributed import is_writer
 from es.engine import evolve
 from es.metrics_log import MetricsLog
 from es.strategy import OpenES, OpenESState
@@ -52,14 +59,9 @@ CHECKPOINTS_NAME = "checkpoints"
 PARAMS_NAME = "params.npz"
 TIME_NAME = "time_s"
 
-
-def is_writer() -> bool:
-    """Whether this process writes logs, checkpoints and plots: process 0 only.
-
-    Every writing decision of ``es.run`` and the experiment scripts goes
-    through this function.
-    """
-    return jax.process_index() == 0
+# Numbers the es.run calls of this process, so that every call agrees with the other processes under its own
+# names (every process makes the same es.run calls in the same order, as for es.evolve).
+_run_numbers = itertools.count()
 
 
 class RunResult(NamedTuple):
@@ -145,7 +147,8 @@ def run(
       progress: show a tqdm progress bar on stderr (process 0 only).
       description: the progress bar's label.
       handle_signals: on SIGTERM/SIGINT finish the segment, checkpoint and
-        return (only from the main thread).
+        return (only from the main thread). In a multi-process run a signal
+        to any process stops every process after the same segment.
 
     Returns:
       A ``RunResult``. Raises ``CheckpointError`` (a ``ValueError``) when the
@@ -154,28 +157,37 @@ def run(
     _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume)
     config = json.loads(json.dumps(config))
     writer = is_writer()
+    name = f"es.run/{next(_run_numbers)}"
     initial_digest = state_digest(state)
     start, history = 0, {}
     checkpointer = log = None
-    if run_dir is not None:
-        run_dir = pathlib.Path(run_dir)
-        checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, keep_checkpoints, writer=writer)
     try:
         if run_dir is not None:
-            start, state, history = _resume_point(
-                checkpointer, run_dir, state, config, initial_digest, resume, num_generations
+            run_dir = pathlib.Path(run_dir)
+            # Process 0 opens the checkpoints first (removing what a killed write left behind); then every
+            # process reads them, and they check that they all resume from the same one.
+            if writer:
+                checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, keep_checkpoints, writer=True)
+            distributed.all_processes(f"{name}/opened")
+            if not writer:
+                checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, keep_checkpoints, writer=False)
+            start, state, history = _agreed_resume_point(
+                f"{name}/resume", checkpointer, run_dir, state, config, initial_digest, resume, num_generations
             )
             if writer:
                 log = MetricsLog(run_dir / LOG_NAME)
                 log.rewrite(history, start)  # exactly the checkpointed generations, nothing after
-        return _run_segments(
+        result = _run_segments(
             strategy, fitness_fn, state, num_generations, mesh, segment, start, history, checkpointer,
             log, config, initial_digest, writer and progress, description, handle_signals,
-            run_dir if writer else None,
+            run_dir if writer else None, name,
         )
     finally:
         if checkpointer is not None:
-            checkpointer.close()
+            checkpointer.close()  # process 0: the last checkpoint is on disk
+    if run_dir is not None:  # and every process returns only once it is (a resume may follow at once)
+        distributed.all_processes(f"{name}/closed")
+    return result
 
 
 def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume) -> None:
@@ -196,6 +208,41 @@ def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config,
             f"es.run(config=...): config must be JSON-serialisable (dicts with str keys, lists, "
             f"str, finite numbers, bools, None): {error}."
         ) from None
+
+
+def _agreed_resume_point(name, checkpointer, run_dir, state, config, initial_digest, resume, num_generations):
+    """``_resume_point`` on every process, checked to be the same everywhere (one exchange of short strings).
+
+    A process that fails raises its own error; the others raise one naming it, so that no process waits for
+    another that will never start.
+    """
+    error = None
+    try:
+        point = _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, num_generations)
+        found = f"ok {point[0]} {state_digest(point[1])}"
+    except ValueError as caught:  # CheckpointError included
+        error, found = caught, f"error {type(caught).__name__}: {caught}"
+    everyone = distributed.all_processes(name, found)
+    if error is not None:
+        raise error
+    failed = [(p, text) for p, text in enumerate(everyone) if text.startswith("error")]
+    if failed:
+        process, text = failed[0]
+        raise CheckpointError(f"process {process} cannot start the run in {run_dir}: {text[len('error '):]}")
+    generations = [int(text.split()[1]) for text in everyone]
+    if len(set(generations)) > 1:
+        raise CheckpointError(
+            f"the processes would start {run_dir} from different generations ({generations}, in process "
+            "order): they do not see the same checkpoints. Every process reads the checkpoint it resumes "
+            "from, so put the run directory on a filesystem they all share."
+        )
+    differ = [p for p, text in enumerate(everyone) if text != everyone[0]]
+    if differ:
+        raise CheckpointError(
+            f"processes {differ} would start {run_dir} at generation {generations[0]} from another state "
+            "than process 0: every process must pass the same initial state (same seed and params)."
+        )
+    return point
 
 
 def _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, num_generations):
@@ -233,17 +280,23 @@ def _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, 
 
 
 class _Stopper:
-    """Turns the first SIGTERM/SIGINT into a request to stop after the segment in progress."""
+    """Turns the first SIGTERM/SIGINT into a request to stop after the segment in progress.
+
+    In a multi-process run the processes agree at every segment boundary
+    (``agreed``): a signal to any one of them stops them all at the same boundary.
+    """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, enabled: bool, verbose: bool):
+    def __init__(self, enabled: bool, verbose: bool, run_name: str):
         self.signum: int | None = None
         self._verbose = verbose
+        self._name = run_name
         self._previous = {}
         if enabled and threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
+            distributed.mark_launch("stoppable")  # es.launch: this rank stops cleanly on a signal
 
     def _handle(self, signum, frame):
         if self.signum is not None:  # the second signal: stop now, the last checkpoint stays valid
@@ -253,9 +306,25 @@ class _Stopper:
             raise SystemExit(128 + signum)
         self.signum = signum
         if self._verbose:  # a raw write: no lock a progress bar or print may hold at this moment
-            message = (f"\nreceived {signal.Signals(signum).name}: finishing the segment in progress, then "
-                       "checkpointing and stopping (send it again to stop at once)\n")
-            os.write(2, message.encode())
+            self._say(f"received {signal.Signals(signum).name}")
+
+    def _say(self, what: str) -> None:
+        os.write(2, (f"\n{what}: finishing the segment in progress, then checkpointing and stopping "
+                     "(send it again to stop at once)\n").encode())
+
+    def agreed(self, generation: int) -> int | None:
+        """The signal that stops the run after the segment from ``generation``, or None; the same on every process."""
+        if distributed.process_count() == 1:
+            return self.signum
+        requests = distributed.all_processes(f"{self._name}/stop/{generation}", str(self.signum or 0))
+        signals = [int(request) for request in requests]
+        stopping = [(p, s) for p, s in enumerate(signals) if s]
+        if not stopping:
+            return None
+        process, signum = stopping[0]
+        if self.signum is None and self._verbose:
+            self._say(f"process {process} received {signal.Signals(signum).name}")
+        return signum
 
     def restore(self):
         for signum, handler in self._previous.items():
@@ -265,7 +334,7 @@ class _Stopper:
 
 def _run_segments(strategy, fitness_fn, state, num_generations, mesh, segment, start, history,
                   checkpointer, log, config, initial_digest, show_progress, description,
-                  handle_signals, params_dir):
+                  handle_signals, params_dir, run_name):
     """The segment loop of ``run``; ``log`` and ``params_dir`` are ``None`` on processes that do not write."""
     from tqdm.auto import tqdm
 
@@ -273,9 +342,10 @@ def _run_segments(strategy, fitness_fn, state, num_generations, mesh, segment, s
     time_offset = float(history[TIME_NAME][-1]) if start else 0.0
     bar = tqdm(total=num_generations, initial=start, unit="gen", desc=description, disable=not show_progress,
                file=sys.stderr, dynamic_ncols=True, smoothing=0.3)
-    stopper = _Stopper(handle_signals, verbose=is_writer())
+    stopper = _Stopper(handle_signals, verbose=is_writer(), run_name=run_name)
     lengths = collections.deque(segment_lengths(start, num_generations, segment))
     generation = start
+    stop_signal = None
     clock = time.perf_counter()
     try:
         if lengths:
@@ -284,8 +354,10 @@ def _run_segments(strategy, fitness_fn, state, num_generations, mesh, segment, s
         while in_flight is not None:
             segment_state, segment_metrics = in_flight
             in_flight = None
-            if lengths and stopper.signum is None:  # dispatch the next segment before waiting for this one
-                in_flight = evolve(strategy, fitness_fn, segment_state, lengths.popleft(), mesh)
+            if lengths:  # dispatch the next segment before waiting for this one, unless stopping
+                stop_signal = stopper.agreed(generation)
+                if stop_signal is None:
+                    in_flight = evolve(strategy, fitness_fn, segment_state, lengths.popleft(), mesh)
             metrics = {name: to_numpy(values) for name, values in segment_metrics.items()}
             length = len(next(iter(metrics.values())))
             elapsed = time_offset + time.perf_counter() - clock
@@ -305,12 +377,10 @@ def _run_segments(strategy, fitness_fn, state, num_generations, mesh, segment, s
             )
             bar.update(length)
             generation, state = stop, segment_state
-            if stopper.signum is not None and in_flight is None:
-                break
     finally:
         stopper.restore()
         bar.close()
-    stopped = stopper.signum if generation < num_generations else None
+    stopped = stop_signal if generation < num_generations else None
     if stopped is None and params_dir is not None:
         save_params(params_dir / PARAMS_NAME, state.params, state.best_params)
     done = {name: values[:generation] for name, values in (buffers or history).items()}

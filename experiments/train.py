@@ -13,8 +13,16 @@ generation), ``checkpoints/<generation>/`` (the last ``run.keep_checkpoints``),
 only ``run.generations``, ``run.segment``, ``run.keep_checkpoints`` (and
 ``run.num_devices`` unless ``strategy.exchange`` is ``gradient``).
 
-Every local CPU core is used as one JAX device unless XLA_FLAGS or
+Every CPU core this process may use is one JAX device unless XLA_FLAGS or
 JAX_NUM_CPU_DEVICES says otherwise.
+
+Under the launcher, ``python -m es.launch --processes N [--devices-per-process M]
+-- python -m experiments.train CONFIG.yaml ...``, the N processes form one run
+(``es.distributed.initialize``): the population is sharded over the devices of
+every process (M each, 1 by default), only process 0 writes the run directory
+and prints, and ``--resume`` works the same (every process reads the
+checkpoint). A signal to the launcher or to any process stops every process
+after the same segment.
 
 Exit status: 0 the run is complete; 2 a bad config or argument, or a
 checkpoint that was refused (nothing ran); 130 / 143 stopped by SIGINT /
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import pathlib
 import sys
 import time
@@ -97,16 +106,25 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
 
 
 def make_mesh(config: dict, popsize: int):
-    """The mesh of ``run.num_devices`` devices (null: the most devices that divide popsize)."""
+    """The mesh of ``run.num_devices`` devices (null: the most devices that divide popsize).
+
+    In a multi-process run the count is a multiple of the process count, so that every process takes part.
+    """
     import jax
 
     import es
 
     requested = config["run"]["num_devices"]
     available = jax.device_count()
+    processes = es.distributed.process_count()
     if requested is None:
-        count = max(n for n in range(1, available + 1) if popsize % n == 0)
-        return es.make_mesh(count)
+        counts = [n for n in range(processes, available + 1, processes) if popsize % n == 0]
+        if not counts:
+            raise config_lib.ConfigError(
+                f"strategy.popsize={popsize} cannot be split over the {processes} processes of this run: "
+                f"use a popsize divisible by {processes}, or fewer processes."
+            )
+        return es.make_mesh(max(counts))
     if requested > available:
         raise config_lib.ConfigError(
             f"run.num_devices={requested}, but only {available} device(s) exist; use null (all) or at most "
@@ -117,46 +135,51 @@ def make_mesh(config: dict, popsize: int):
             f"strategy.popsize={popsize} is not divisible by run.num_devices={requested}; "
             f"use a multiple of {requested} or another device count."
         )
+    if requested % processes:
+        raise config_lib.ConfigError(
+            f"run.num_devices={requested} is not a multiple of the {processes} processes of this run, which "
+            f"all take part; use null (every device) or a multiple of {processes}."
+        )
     return es.make_mesh(requested)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     emulate_cpu_devices()  # before JAX starts its backend
-    try:
-        run_dir, config, resuming = prepare(args)
-        experiment = config_lib.build(config)
-    except config_lib.ConfigError as error:
+
+    import es
+
+    try:  # joins the other processes under es.launch or srun; nothing in a plain process
+        es.distributed.initialize()
+    except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    error, prepared = _prepare_run(args)
+    # Every process checks its inputs before process 0 writes anything (the others read config.yaml on resume).
+    errors = es.distributed.all_processes("experiments.train/checked", error or "")
+    if any(errors):
+        if es.is_writer():  # each distinct error once
+            for process, message in enumerate(errors):
+                if message and message not in errors[:process]:
+                    where = f"process {process}: " if len(errors) > 1 and process else ""
+                    print(f"error: {where}{message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    run_dir, config, resuming, task, strategy, fitness, state, mesh = prepared
 
     import jax
 
-    import es
-    from es.engine import check_evolve_args
-
-    task, strategy = experiment
     run = config["run"]
-    try:
-        fitness, state = config_lib.initial_state(task, strategy, run["seed"])
-        mesh = make_mesh(config, strategy.popsize)
-        check_evolve_args(strategy, fitness, state, run["generations"], mesh)
-    except config_lib.ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (TypeError, ValueError) as error:  # es's own checks of the strategy against the task
-        print(f"error: strategy / task: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-
     writer = es.is_writer()
     if writer:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG_NAME).write_text(config_lib.dump(config))
+        _write_atomically(run_dir / CONFIG_NAME, config_lib.dump(config))
         options = ", ".join(f"{k}={v}" for k, v in config["task"]["options"].items())
+        processes = es.distributed.process_count()
+        where = f" in {processes} processes" if processes > 1 else ""
         print(
             f"{config['task']['name']}({options}) | OpenES popsize {strategy.popsize} | {run['generations']} "
-            f"generations in segments of {run['segment']} | {mesh.size} {jax.default_backend()} device(s)\n"
-            f"run dir: {run_dir}" + (" (resuming)" if resuming else ""),
+            f"generations in segments of {run['segment']} | {mesh.size} {jax.default_backend()} device(s)"
+            f"{where}\nrun dir: {run_dir}" + (" (resuming)" if resuming else ""),
             flush=True,
         )
     start = time.perf_counter()
@@ -172,6 +195,29 @@ def main(argv: list[str] | None = None) -> int:
     if writer:
         _report(run_dir, result, time.perf_counter() - start)
     return 0 if result.completed else 128 + result.stopped_by
+
+
+def _prepare_run(args: argparse.Namespace):
+    """``(error message, None)`` or ``(None, (run_dir, config, resuming, task, strategy, fitness, state, mesh))``."""
+    from es.engine import check_evolve_args
+
+    try:
+        run_dir, config, resuming = prepare(args)
+        task, strategy = config_lib.build(config)
+        fitness, state = config_lib.initial_state(task, strategy, config["run"]["seed"])
+        mesh = make_mesh(config, strategy.popsize)
+        check_evolve_args(strategy, fitness, state, config["run"]["generations"], mesh)
+    except config_lib.ConfigError as error:
+        return str(error), None
+    except (TypeError, ValueError) as error:  # es's own checks of the strategy against the task
+        return f"strategy / task: {error}", None
+    return None, (run_dir, config, resuming, task, strategy, fitness, state, mesh)
+
+
+def _write_atomically(path: pathlib.Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _report(run_dir: pathlib.Path, result, seconds: float) -> None:

@@ -73,6 +73,17 @@ def test_resume_continues_bit_for_bit_and_keeps_the_last_checkpoints(tmp_path):
     assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [8, 10]
 
 
+def test_an_old_checkpoint_a_kill_left_half_deleted_is_removed_on_resume(tmp_path, caplog):
+    run(tmp_path, 8)  # checkpoints 4 and 8
+    (tmp_path / "checkpoints" / "4" / "_CHECKPOINT_METADATA").unlink()  # orbax was deleting 4 when killed
+    result = run(tmp_path, 10, resume=True)  # keeps 3: orbax itself would delete nothing
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [8, 10]
+    assert "Metadata file does not exist" not in caplog.text
+    final, metrics = reference(10)
+    chex.assert_trees_all_equal(result.state, final)
+    chex.assert_trees_all_equal(result.metrics, metrics)
+
+
 def test_log_has_every_generation_once_after_a_resume(tmp_path):
     """A run killed after logging a segment it had not checkpointed, mid-way through a line."""
     run(tmp_path, 8)

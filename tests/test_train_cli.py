@@ -46,7 +46,7 @@ def train(*args, **kwargs):
 
 def finish(process):
     out, err = process.communicate(timeout=TIMEOUT)
-    return process.returncode, out + err
+    return process.returncode, out + (err or "")
 
 
 def checkpoints(run_dir):
@@ -54,9 +54,10 @@ def checkpoints(run_dir):
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
 
 
-def wait_for_first_checkpoint(process, run_dir):
+def wait_for_first_checkpoint(process, run_dir, after=0):
+    """Until a checkpoint of a generation > ``after`` is on disk."""
     deadline = time.monotonic() + TIMEOUT
-    while not checkpoints(run_dir):
+    while not checkpoints(run_dir) or checkpoints(run_dir)[-1] <= after:
         assert process.poll() is None, finish(process)
         assert time.monotonic() < deadline, "no checkpoint appeared"
         time.sleep(0.01)
@@ -105,8 +106,8 @@ def test_cli_writes_the_run_directory_and_plots_runs(reference, tmp_path):
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def assert_resumes_to_the_reference(run_dir, reference, lines_before):
-    code, output = finish(train("--resume", run_dir))
+def assert_resumes_to_the_reference(run_dir, reference, lines_before, resume=None):
+    code, output = finish(resume or train("--resume", run_dir))
     assert code == 0, output
     rows, lines = metric_rows(run_dir)
     reference_rows, _ = metric_rows(reference)
@@ -116,6 +117,7 @@ def assert_resumes_to_the_reference(run_dir, reference, lines_before):
         assert params_now[name].tobytes() == params_reference[name].tobytes(), name
     # It resumed rather than restarted: the checkpointed lines (times included) are the killed run's.
     assert lines[: len(lines_before)] == lines_before
+    return output
 
 
 def test_resume_is_bit_identical_after_sigkill(config_path, reference, tmp_path):
@@ -155,3 +157,86 @@ def test_bad_set_key_is_refused_before_anything_runs(config_path, tmp_path):
     assert "unknown key 'strategy.popsiz'" in output and "did you mean 'popsize'" in output
     assert "Traceback" not in output
     assert not run_dir.exists()
+
+
+# --------------------------------------------------------------------------- under es.launch
+
+AUDITED_TRAIN = ROOT / "tests" / "workers" / "train_audited.py"
+
+
+def launch_train(*args, pid_dir, progress=False):
+    """experiments.train as 2 processes x 1 device under es.launch, writes under the run dir audited."""
+    command = [sys.executable, "-m", "es.launch", "--processes", "2", "--devices-per-process", "1",
+               "--timeout", str(TIMEOUT), "--kill-grace", "2", "--",
+               sys.executable, AUDITED_TRAIN, *args, *([] if progress else ["--no-progress"])]
+    return subprocess.Popen(list(map(str, command)), cwd=ROOT, env={**child_env(), "ES_TEST_PID_DIR": str(pid_dir)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def rank_pids(pid_dir):
+    return [int((pid_dir / f"rank{rank}.pid").read_text()) for rank in (0, 1)]
+
+
+def gone(pid):
+    """Whether process ``pid`` has ended (absent, or a zombie awaiting its reaper)."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def rank_lines(output, rank):
+    """What process ``rank`` printed, without gloo's connection notice."""
+    prefix = f"[rank {rank}] "
+    return [line[len(prefix):] for line in output.splitlines() if line.startswith(prefix) and "[Gloo]" not in line]
+
+
+def test_multi_process_run_writes_from_process_0_stops_together_and_resumes_after_sigkill(
+        config_path, reference, tmp_path):
+    """2 processes x 1 device under es.launch, compared with the 1-process reference.
+
+    SIGTERM to process 1 alone stops both after the same segment, checkpointed;
+    the resumed job is SIGKILLed (the launcher: the kernel kills the ranks);
+    the second resume ends bit for bit at the reference. Process 1 never
+    writes under the run directory (audited) and prints nothing.
+    """
+    run_dir, pid_dir = tmp_path / "run", tmp_path / "pids"
+    pid_dir.mkdir()
+    job = launch_train(config_path, "--run-dir", run_dir, pid_dir=pid_dir, progress=True)
+    wait_for_first_checkpoint(job, run_dir)
+    os.kill(rank_pids(pid_dir)[1], signal.SIGTERM)
+    code, stopped_output = finish(job)
+    assert code == 128 + signal.SIGTERM, stopped_output
+    stopped_at = checkpoints(run_dir)[-1]
+    assert 0 < stopped_at < GENERATIONS
+    rows, lines = metric_rows(run_dir)
+    assert [row["generation"] for row in rows] == list(range(stopped_at))  # log == checkpoint
+    assert not (run_dir / "params.npz").exists()
+    said = rank_lines(stopped_output, 0)
+    assert any(line.startswith("process 1 received SIGTERM: finishing the segment") for line in said), said
+    assert f"stopped by SIGTERM at generation {stopped_at} (checkpointed); continue with: " \
+           f"python -m experiments.train --resume {run_dir}" in said
+    assert any("gen/s" in line for line in said), "process 0 shows the progress bar"
+
+    job = launch_train("--resume", run_dir, pid_dir=pid_dir)
+    wait_for_first_checkpoint(job, run_dir, after=stopped_at)
+    pids = rank_pids(pid_dir)
+    job.kill()
+    _, killed_output = finish(job)
+    deadline = time.monotonic() + 10
+    while not all(gone(pid) for pid in pids):
+        assert time.monotonic() < deadline, "the ranks outlived their launcher"
+        time.sleep(0.05)
+    killed_at = checkpoints(run_dir)[-1]
+    assert stopped_at < killed_at < GENERATIONS, "the run finished before it was killed"
+    lines = (run_dir / "metrics.jsonl").read_text().split("\n")[:killed_at]
+
+    final_output = assert_resumes_to_the_reference(
+        run_dir, reference, lines, resume=launch_train("--resume", run_dir, pid_dir=pid_dir))
+    assert rank_lines(final_output, 1) == ["audit: process 1 made 0 writes"], final_output
+    written = [line for line in rank_lines(final_output, 0) if line.startswith("audit: process 0 made ")]
+    assert len(written) == 1 and int(written[0].split()[4]) > 0, "the audit sees process 0's writes"
+    for output in (stopped_output, killed_output, final_output):
+        assert "audit: process 1 wrote" not in output
+        assert rank_lines(output, 1) in ([], ["audit: process 1 made 0 writes"]), output
+        assert sum(line.startswith("run dir: ") for line in rank_lines(output, 0)) == 1, output

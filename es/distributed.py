@@ -1,0 +1,498 @@
+"""Multi-process runs: one ``es.evolve`` over the devices of many processes.
+
+JAX's multi-controller runtime runs the same program in every process; each
+process drives its own (addressable) devices and ``jax.devices()`` lists the
+devices of all of them. ``es`` needs nothing more than that::
+
+    import es
+    es.distributed.initialize()            # first, before any JAX computation
+    mesh = es.make_mesh()                  # every device of every process
+    state = strategy.init(jax.random.key(0), params)   # the same on every process
+    state, metrics = es.evolve(strategy, fitness_fn, state, 100, mesh=mesh)
+    if es.distributed.is_writer():         # process 0 writes logs/checkpoints
+        print(es.distributed.fetch(metrics)["fitness_mean"][-1])
+
+``initialize`` takes its configuration from, in order: its arguments; the
+``ES_*`` environment variables that ``python -m es.launch`` sets; JAX's
+cluster auto-detection (SLURM, Open MPI, Cloud TPU). With none of
+them (a plain single process) it does nothing, so the same script runs
+unchanged on one process, under ``es.launch`` and under ``srun``.
+
+Only the fitness all-gather of each generation (``popsize`` float32 scalars,
+plus the per-member statistics of an ``es.StatefulFitness``) crosses
+processes; see ``docs/distributed.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+PyTree = Any
+
+# Environment variables set by ``python -m es.launch`` (read by ``initialize``).
+ENV_COORDINATOR_ADDRESS = "ES_COORDINATOR_ADDRESS"  # "host:port" of process 0's coordinator
+ENV_COORDINATOR_BIND_ADDRESS = "ES_COORDINATOR_BIND_ADDRESS"  # where process 0 listens
+ENV_NUM_PROCESSES = "ES_NUM_PROCESSES"
+ENV_PROCESS_ID = "ES_PROCESS_ID"
+ENV_INITIALIZATION_TIMEOUT = "ES_INITIALIZATION_TIMEOUT"  # seconds for every process to connect
+ENV_HEARTBEAT_TIMEOUT = "ES_HEARTBEAT_TIMEOUT"  # seconds without heartbeat before a peer counts as dead
+ENV_SHUTDOWN_TIMEOUT = "ES_SHUTDOWN_TIMEOUT"  # seconds a finished process waits for the others at exit
+ENV_LAUNCH_DIR = "ES_LAUNCH_DIR"  # es.launch's marker directory (which ranks reached initialize)
+
+# JAX cluster detectors tried by default: they read only the environment (or TPU metadata on TPU VMs).
+AUTO_DETECTED_CLUSTERS = ("slurm", "ompi", "gcetpu", "gketpu")
+
+# JAX's own defaults, used when neither arguments nor es.launch give a value.
+DEFAULT_INITIALIZATION_TIMEOUT = 300
+DEFAULT_HEARTBEAT_TIMEOUT = 100
+DEFAULT_SHUTDOWN_TIMEOUT = 300
+
+
+class ProcessGroup(NamedTuple):
+    """The processes of this run, as ``initialize`` set them up.
+
+    Attributes:
+      process_id: this process's rank, ``0 .. num_processes - 1``.
+      num_processes: how many processes take part (1: a plain single process).
+      coordinator_address: ``"host:port"`` of process 0's coordinator (``None``
+        when single-process or auto-detected).
+      source: where the configuration came from: ``"arguments"``,
+        ``"es.launch"`` (environment), ``"cluster"`` (JAX auto-detection, e.g.
+        SLURM), ``"jax"`` (``jax.distributed`` was already initialized) or
+        ``"single process"``.
+    """
+
+    process_id: int
+    num_processes: int
+    coordinator_address: str | None
+    source: str
+
+
+# --------------------------------------------------------------------------- initialize
+
+
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    initialization_timeout: int | None = None,
+    heartbeat_timeout: int | None = None,
+    shutdown_timeout: int | None = None,
+    coordinator_bind_address: str | None = None,
+    local_device_ids: int | list[int] | None = None,
+    cluster_detection: bool | str = True,
+) -> ProcessGroup:
+    """Join this process to a multi-process run (``jax.distributed.initialize``).
+
+    Call it once, before any JAX computation (creating arrays, ``jax.devices()``).
+    Safe to call when JAX is already initialized for multiple processes (it
+    then only reports the group).
+
+    Args:
+      coordinator_address: ``"host:port"`` where process 0 serves the
+        coordinator; give it with ``num_processes`` and ``process_id``, or none
+        of the three.
+      num_processes: total number of processes (>= 1; 1 does nothing).
+      process_id: this process's rank in ``[0, num_processes)``.
+      initialization_timeout: seconds every process may take to connect before
+        the run fails (JAX default 300; ``es.launch`` sets 60).
+      heartbeat_timeout: seconds without a heartbeat after which a process
+        counts as dead and every other process aborts (JAX default 100;
+        ``es.launch`` sets 20).
+      shutdown_timeout: seconds a finished process waits at exit for the
+        others (JAX default 300; ``es.launch`` sets 30).
+      coordinator_bind_address: where process 0 listens. Default: the
+        coordinator address itself when it is a loopback address (nothing
+        outside this machine can connect), else every interface on its port.
+      local_device_ids: restrict this process to these local accelerator ids
+        (e.g. one GPU per process); ``None`` keeps every local device.
+      cluster_detection: with no arguments and no ``es.launch`` environment,
+        ``True`` lets JAX detect SLURM (inside ``srun``), Open MPI and Cloud
+        TPU from the environment; ``False`` skips detection; a JAX
+        ``cluster_detection_method`` name (e.g. ``"mpi4py"``) uses that one.
+
+    Returns:
+      the ``ProcessGroup`` this process belongs to.
+    """
+    _check_timeouts(initialization_timeout, heartbeat_timeout, shutdown_timeout)
+    methods = _check_cluster_detection(cluster_detection)
+    if jax.distributed.is_initialized():
+        return ProcessGroup(jax.process_index(), jax.process_count(), None, "jax")
+
+    method = None
+    if any(value is not None for value in (coordinator_address, num_processes, process_id)):
+        source = "arguments"
+        coordinator_address, num_processes, process_id = _check_explicit(
+            coordinator_address, num_processes, process_id
+        )
+    elif os.environ.get(ENV_NUM_PROCESSES) is not None:
+        source = "es.launch"
+        coordinator_address, num_processes, process_id = _from_environment()
+        coordinator_bind_address = coordinator_bind_address or os.environ.get(ENV_COORDINATOR_BIND_ADDRESS)
+    elif methods and (cluster := detected_cluster(methods)) is not None:
+        source = "cluster"
+        method, num_processes = cluster
+    else:
+        num_processes = 1
+    if num_processes == 1:
+        return ProcessGroup(0, 1, None, "single process")
+
+    if coordinator_bind_address is None and coordinator_address is not None and _is_loopback(coordinator_address):
+        coordinator_bind_address = coordinator_address
+    _check_backend_not_started()
+    mark_launch("initializing")
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        local_device_ids=local_device_ids,
+        cluster_detection_method=method if source == "cluster" else "deactivate",
+        coordinator_bind_address=coordinator_bind_address,
+        initialization_timeout=_timeout(
+            initialization_timeout, ENV_INITIALIZATION_TIMEOUT, DEFAULT_INITIALIZATION_TIMEOUT
+        ),
+        heartbeat_timeout_seconds=_timeout(heartbeat_timeout, ENV_HEARTBEAT_TIMEOUT, DEFAULT_HEARTBEAT_TIMEOUT),
+        shutdown_timeout_seconds=_timeout(shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT),
+    )
+    mark_launch("connected")
+    return ProcessGroup(jax.process_index(), jax.process_count(), coordinator_address, source)
+
+
+def _check_cluster_detection(cluster_detection) -> tuple[str, ...]:
+    if cluster_detection is True:
+        return AUTO_DETECTED_CLUSTERS
+    if cluster_detection is False:
+        return ()
+    if isinstance(cluster_detection, str) and cluster_detection:
+        return (cluster_detection,)
+    raise TypeError(
+        f"es.distributed.initialize(cluster_detection={cluster_detection!r}): use True (SLURM, Open MPI, "
+        "Cloud TPU), False, or one of JAX's cluster_detection_method names such as 'mpi4py'."
+    )
+
+
+def _check_backend_not_started() -> None:
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # private API moved: jax.distributed.initialize checks it too
+        return
+    if backends_are_initialized():
+        raise RuntimeError(
+            "es.distributed.initialize() must run before any JAX computation (creating an array, "
+            "jax.devices(), jax.random.key, ...): call it right after the imports, at the top of the script."
+        )
+
+
+def detected_cluster(methods: tuple[str, ...] = AUTO_DETECTED_CLUSTERS) -> tuple[str, int] | None:
+    """``(method, num_processes)`` of the cluster JAX detects from the environment, or ``None``.
+
+    ``method`` is JAX's ``cluster_detection_method`` name (``"slurm"`` inside
+    ``srun``, ``"ompi"`` under Open MPI's ``mpirun``, ``"gcetpu"``/``"gketpu"``
+    on Cloud TPU). Starts nothing. Other JAX detectors (``"mpi4py"``) are
+    tried only when named in ``methods``.
+    """
+    try:
+        from jax._src.clusters import ClusterEnv
+    except ImportError:  # JAX moved its private cluster API: read the common launchers' variables
+        return _detected_from_variables(methods)
+    for env in ClusterEnv._cluster_types:
+        if env.name not in methods:
+            continue
+        try:
+            if env.is_env_present():
+                return env.name, int(env.get_process_count())
+        except Exception:  # a detector that cannot run here
+            continue
+    return None
+
+
+def _detected_from_variables(methods) -> tuple[str, int] | None:
+    if "slurm" in methods and all(v in os.environ for v in ("SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_PROCID")):
+        return "slurm", int(os.environ["SLURM_NTASKS"])
+    if "ompi" in methods and "OMPI_COMM_WORLD_SIZE" in os.environ:
+        return "ompi", int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    return None
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_explicit(coordinator_address, num_processes, process_id) -> tuple[str, int, int]:
+    missing = [
+        name
+        for name, value in (
+            ("coordinator_address", coordinator_address),
+            ("num_processes", num_processes),
+            ("process_id", process_id),
+        )
+        if value is None
+    ]
+    if missing:
+        raise ValueError(
+            f"es.distributed.initialize: {', '.join(missing)} missing; give coordinator_address, "
+            "num_processes and process_id together (or none of them, to read them from es.launch's "
+            "environment or the cluster)."
+        )
+    _check_address(coordinator_address, "coordinator_address")
+    if not _is_int(num_processes) or num_processes < 1:
+        raise ValueError(f"es.distributed.initialize(num_processes={num_processes!r}): must be an int >= 1.")
+    if not _is_int(process_id) or not 0 <= process_id < num_processes:
+        raise ValueError(
+            f"es.distributed.initialize(process_id={process_id!r}): must be an int in "
+            f"[0, {num_processes}) for num_processes={num_processes}."
+        )
+    return coordinator_address, int(num_processes), int(process_id)
+
+
+def _from_environment() -> tuple[str, int, int]:
+    values = {}
+    for name in (ENV_COORDINATOR_ADDRESS, ENV_NUM_PROCESSES, ENV_PROCESS_ID):
+        value = os.environ.get(name)
+        if value is None:
+            raise ValueError(
+                f"es.distributed.initialize: {ENV_NUM_PROCESSES} is set but {name} is not; run the "
+                "script with python -m es.launch, which sets all of them, or unset ES_NUM_PROCESSES."
+            )
+        values[name] = value
+    try:
+        num_processes = int(values[ENV_NUM_PROCESSES])
+        process_id = int(values[ENV_PROCESS_ID])
+    except ValueError:
+        raise ValueError(
+            f"es.distributed.initialize: {ENV_NUM_PROCESSES}={values[ENV_NUM_PROCESSES]!r} and "
+            f"{ENV_PROCESS_ID}={values[ENV_PROCESS_ID]!r} must be integers."
+        ) from None
+    return _check_explicit(values[ENV_COORDINATOR_ADDRESS], num_processes, process_id)
+
+
+def _check_address(address, name: str) -> None:
+    host, _, port = str(address).rpartition(":") if isinstance(address, str) else ("", "", "")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"es.distributed.initialize({name}={address!r}): expected 'host:port', e.g. '10.0.0.1:1234' "
+            "(process 0's address and a free port)."
+        )
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_timeouts(*timeouts) -> None:
+    names = ("initialization_timeout", "heartbeat_timeout", "shutdown_timeout")
+    for name, value in zip(names, timeouts):
+        if value is not None and (not _is_int(value) or value < 1):
+            raise ValueError(f"es.distributed.initialize({name}={value!r}): must be a whole number of seconds >= 1.")
+
+
+def _timeout(value: int | None, env_name: str, default: int) -> int:
+    if value is not None:
+        return int(value)
+    text = os.environ.get(env_name)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"es.distributed.initialize: {env_name}={text!r} must be a whole number of seconds >= 1.")
+    return int(text)
+
+
+def mark_launch(stage: str) -> None:
+    """Tell ``es.launch`` (if it started us) that this rank reached ``stage``."""
+    directory = os.environ.get(ENV_LAUNCH_DIR)
+    if directory and os.path.isdir(directory):
+        with open(os.path.join(directory, f"{stage}.{os.environ.get(ENV_PROCESS_ID, '0')}"), "w"):
+            pass
+
+
+# --------------------------------------------------------------------------- who am I
+
+
+def process_index() -> int:
+    """This process's rank (0 in a single-process run). Starts no JAX backend before ``initialize``."""
+    return jax.process_index() if jax.distributed.is_initialized() else 0
+
+
+def process_count() -> int:
+    """How many processes take part (1 in a single-process run). Starts no JAX backend before ``initialize``."""
+    return jax.process_count() if jax.distributed.is_initialized() else 1
+
+
+def is_writer() -> bool:
+    """Whether this process writes logs, checkpoints and plots: process 0 only.
+
+    Every process runs the same computation and holds the same replicated
+    results, so exactly one of them writes.
+    """
+    return process_index() == 0
+
+
+# --------------------------------------------------------------------------- host agreement
+
+# How long a process waits in ``all_processes`` for the others (they may be a whole segment behind).
+# A dead peer does not make it wait this long: JAX's heartbeats end the job first.
+AGREEMENT_TIMEOUT_S = 24 * 3600
+
+
+def all_processes(name: str, value: str = "", timeout_s: float = AGREEMENT_TIMEOUT_S) -> list[str]:
+    """Every process's ``value`` for ``name``, in process order (``[value]`` in a single process).
+
+    A barrier that also exchanges one short string per process, through JAX's
+    coordination service (its key-value store, over the network to process
+    0): host-only, so it neither waits for nor reorders device work. Every
+    process must call it with the same ``name``, and each ``name`` once per
+    run of the job. Raises ``RuntimeError`` after ``timeout_s`` seconds.
+    """
+    if process_count() == 1:
+        return [value]
+    from jax._src import distributed as jax_distributed
+
+    client = jax_distributed.global_state.client
+    rank, count = process_index(), process_count()
+    prefix = f"es/{name}/"
+    try:
+        client.key_value_set(f"{prefix}{rank}", value)
+        client.wait_at_barrier(f"es-barrier/{name}", int(timeout_s * 1000))
+        entries = dict(client.key_value_dir_get(prefix))
+    except Exception as error:  # jaxlib raises its own runtime error types
+        raise RuntimeError(
+            f"es.distributed.all_processes({name!r}): the {count} processes did not all arrive within "
+            f"{timeout_s:g} s, or one of them failed: {error}"
+        ) from error
+    return [entries[f"{prefix}{r}"] for r in range(count)]
+
+
+# --------------------------------------------------------------------------- global arrays
+
+
+def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
+    """``tree`` as arrays replicated on every device of ``mesh`` (``NamedSharding(mesh, P())``).
+
+    On a mesh of this process's devices this is ``jax.device_put`` (global
+    replicated inputs are read from a local copy). On a mesh
+    spanning processes each process contributes its own copy: leaves already
+    replicated on ``mesh`` (a previous ``evolve``'s results) are kept, the
+    others become global arrays built from this process's values, after a
+    check that every process holds the same values (a 32-byte fingerprint per
+    process crosses the network once, never the arrays). Under ``jax.jit``
+    (tracers) it is a sharding constraint, as ``jax.device_put``.
+    """
+    sharding = NamedSharding(mesh, P())
+    leaves, treedef = jax.tree.flatten(tree)
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return jax.device_put(tree, sharding)
+    if sharding.is_fully_addressable:  # this process's devices: read global inputs locally
+        local = [_process_local(x) if isinstance(x, jax.Array) else x for x in leaves]
+        return jax.tree.unflatten(treedef, jax.device_put(local, sharding))
+    todo = [i for i, x in enumerate(leaves) if not _is_replicated_on(x, sharding)]
+    if not todo:
+        return tree
+    local = [_process_local(leaves[i]) for i in todo]
+    _check_same_on_every_process(local)
+    for i, value in zip(todo, local):
+        leaves[i] = jax.make_array_from_process_local_data(sharding, value)
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def _is_replicated_on(x, sharding: NamedSharding) -> bool:
+    return isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim)
+
+
+def _process_local(x):
+    """A leaf as a value this process holds in full: a local array or numpy."""
+    if isinstance(x, jax.Array):
+        if x.is_fully_addressable:
+            return x
+        if x.is_fully_replicated:
+            return x.addressable_data(0)
+        raise ValueError(
+            "es.evolve: an input array is sharded across processes (not replicated), so no process holds "
+            "all of it; pass the state es.evolve returned, or arrays every process holds in full."
+        )
+    return np.asarray(x)
+
+
+def _host_bytes(x) -> bytes:
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    array = np.asarray(x)
+    return str((array.shape, array.dtype)).encode() + np.ascontiguousarray(array).tobytes()
+
+
+def _check_same_on_every_process(values: list) -> None:
+    from jax.experimental import multihost_utils
+
+    digest = hashlib.sha256()
+    for value in values:
+        digest.update(_host_bytes(value))
+    fingerprint = np.frombuffer(digest.digest(), dtype=np.uint32)
+    everyone = np.asarray(multihost_utils.process_allgather(fingerprint))
+    differ = [p for p in range(everyone.shape[0]) if not np.array_equal(everyone[p], everyone[0])]
+    if differ:
+        raise ValueError(
+            f"es.evolve: processes {differ} hold a different state (params, key or optimizer state) than "
+            "process 0; every process must pass the same state. Create it identically on every process "
+            "(same key and params, not seeded by the process index), or pass the state a previous "
+            "es.evolve returned."
+        )
+
+
+def fetch(tree: PyTree) -> PyTree:
+    """``tree`` as numpy arrays on every process (e.g. ``evolve``'s state and metrics).
+
+    Replicated arrays are read from a local device, without communication;
+    arrays sharded across processes are all-gathered. PRNG key arrays become
+    their ``uint32`` key data (``jax.random.key_data``).
+    """
+    return jax.tree.map(_fetch_leaf, tree)
+
+
+def _fetch_leaf(x):
+    if not isinstance(x, jax.Array):
+        return np.asarray(x)
+    if not x.is_fully_addressable:
+        if x.is_fully_replicated:
+            x = x.addressable_data(0)
+        else:
+            from jax.experimental import multihost_utils
+
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+                x = jax.random.key_data(x)
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    return np.asarray(x)
+
+
+def local_copy(tree: PyTree) -> PyTree:
+    """``tree``'s replicated arrays as single-device arrays on this process (key types kept).
+
+    For local work on results, e.g. evaluating ``state.params`` outside
+    ``evolve`` or continuing a run with ``mesh=None``. Arrays that are sharded
+    (not replicated) stay as they are when this process holds them in full;
+    those sharded across processes raise ``ValueError``.
+    """
+    return jax.tree.map(_local_leaf, tree)
+
+
+def _local_leaf(x):
+    if not isinstance(x, jax.Array):
+        return x
+    if x.is_fully_replicated:
+        return x.addressable_data(0)
+    return _process_local(x)
