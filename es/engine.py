@@ -6,7 +6,8 @@ One generation, as every device runs it inside ``shard_map``::
     ------------------------------                  ---------------------------------
     members [d*P/n, (d+1)*P/n)                       fitness f32[P]  (all-gathered)
       rebuild noise from shared keys        --->     shape -> weights f32[P]
-      evaluate fitness_fn (vmap, batched)            rebuild all noise in chunks
+        (an antithetic pair: one draw)               rebuild all noise in chunks,
+      evaluate fitness_fn (vmap, batched)            summed in one fused loop each
       local fitness f32[P/n]  ----all-gather---->    gradient f32[D] -> optax step
 
 Only the ``P`` fitness scalars (plus the per-member statistics of a

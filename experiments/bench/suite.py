@@ -87,7 +87,7 @@ def _build(spec: dict, generations: int):
 
         task = tasks.make(spec["problem"])
         params = task.init_params(key)
-        fitness = task.fitness
+        fitness = task.fitness  # fitness(params, key); an es.StatefulFitness with observation normalisation
     optimizer = optax.adam(LEARNING_RATE)
 
     if spec["impl"].startswith("es"):
@@ -95,7 +95,7 @@ def _build(spec: dict, generations: int):
 
         noise = es.NoiseTable(size=TABLE_SIZE) if spec["impl"] == "es table" else es.GaussianNoise()
         strategy = es.OpenES(popsize=popsize, sigma=SIGMA, optimizer=optimizer, noise=noise)
-        state = strategy.init(key, params)
+        state = strategy.init(key, params, fitness=fitness if isinstance(fitness, es.StatefulFitness) else None)
         run = jax.jit(lambda s: es.evolve(strategy, fitness, s, generations))
         return run.lower(state).compile(), (state,)
 
@@ -168,7 +168,9 @@ def worker(spec: dict) -> None:
             return time.perf_counter() - start
 
         first_call = call((compiled, args)) + (call(doubled) if doubled else 0.0)
-        _emit({"status": "ready", "compile_s": compile_seconds, "first_call_s": first_call, "xla_bytes": xla_bytes})
+        num_params = sum(x.size for x in jax.tree.leaves(args[0].params if spec["impl"].startswith("es") else args[0].mean))
+        _emit({"status": "ready", "compile_s": compile_seconds, "first_call_s": first_call, "xla_bytes": xla_bytes,
+               "num_params": int(num_params)})
         for line in sys.stdin:
             if line.strip() != "run":
                 break
@@ -396,11 +398,12 @@ def cell_time(summary: dict) -> str:
 
 
 def ratio(ours: dict, theirs: dict) -> str:
+    """Our throughput over theirs (= their seconds per generation over ours)."""
     if ours["status"] != "ok":
         return "-"
     if theirs["status"] != "ok":
         return f"({theirs['status']})"
-    return f"{ours['throughput'] / theirs['throughput']:.2f}x"
+    return f"{theirs['s_per_gen'] / ours['s_per_gen']:.2f}x"
 
 
 def comparison_table(results: list[dict]) -> str:
@@ -491,13 +494,17 @@ def plot(results: list[dict], path: str) -> None:
 
 
 def tasks_available() -> dict[str, bool]:
-    try:
-        import tasks
+    """Which of ``TASKS`` ``tasks.make`` can build here."""
+    available = {}
+    for name in TASKS:
+        try:
+            import tasks
 
-        names = set(tasks.names())
-    except Exception:
-        names = set()
-    return {name: name in names for name in TASKS}
+            tasks.make(name)
+            available[name] = True
+        except Exception:
+            available[name] = False
+    return available
 
 
 def main() -> None:
@@ -552,6 +559,7 @@ def main() -> None:
         records = measure({name: {**spec, "impl": name} for name in IMPLEMENTATIONS}, rounds, timeout=900)
         for record in records.values():
             record["generations"] = generations
+        dim = next((r["num_params"] for r in records.values() if "num_params" in r), dim)  # tasks: the policy's
         summary = {name: summarise(records[name], dim, popsize) for name in IMPLEMENTATIONS}
         results.append({"problem": problem, "params": dim, "popsize": popsize, "generations": generations,
                         "records": records, "summary": summary})
@@ -564,8 +572,10 @@ def main() -> None:
 
     sphere_configs = [[d, p] for problem, d, p in configs if problem == "sphere"]
     bytes_configs = sphere_configs if not args.quick else sphere_configs[:2]
-    crossing = run_child(["--bytes-child", json.dumps(bytes_configs)],
-                         env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+    crossing = {"error": "no sphere configuration was run"}
+    if bytes_configs:
+        crossing = run_child(["--bytes-child", json.dumps(bytes_configs)],
+                             env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
     print(f"bytes crossing devices measured [{time.perf_counter() - began:.0f} s]", flush=True)
     reconstruction = run_child(["--reconstruction-child", json.dumps([100_000] if args.quick else [100_000, 1_000_000])])
     print(f"reconstruction measured [{time.perf_counter() - began:.0f} s]", flush=True)
