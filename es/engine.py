@@ -6,7 +6,8 @@ One generation, as every device runs it inside ``shard_map``::
     ------------------------------                  ---------------------------------
     members [d*P/n, (d+1)*P/n)                       fitness f32[P]  (all-gathered)
       rebuild noise from shared keys        --->     shape -> weights f32[P]
-      evaluate fitness_fn (vmap, batched)            rebuild all noise in chunks
+        (an antithetic pair: one draw)               rebuild all noise in chunks,
+      evaluate fitness_fn (vmap, batched)            summed in one fused loop each
       local fitness f32[P/n]  ----all-gather---->    gradient f32[D] -> optax step
 
 Only the ``P`` fitness scalars (plus the per-member statistics of a
@@ -29,7 +30,13 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from es import population, shaping
-from es.batching import budget_batch_size, default_eval_batch_size, index_range, map_in_batches, sum_in_batches
+from es.batching import (
+    default_eval_batch_size,
+    default_update_batch_size,
+    index_range,
+    map_chunks,
+    sum_in_batches,
+)
 from es.distributed import replicate
 from es.fitness import FitnessRef, StatefulFitness, check_fitness_output
 from es.mesh import resolve_mesh
@@ -111,52 +118,70 @@ def _run_generations(strategy, fitness, mesh, num_generations, state):
 def generation_step(
     strategy: OpenES, fitness: FitnessRef, mesh: Mesh, noise_aux: Any, state: OpenESState
 ) -> tuple[OpenESState, Metrics]:
-    """One generation on one device (the body of the ``shard_map``)."""
+    """One generation on one device (the body of the ``shard_map``).
+
+    Its phases run under ``jax.named_scope``s (``es_evaluate``, ``es_noise``,
+    ``es_fitness``, ``es_exchange``, ``es_update``, ``es_optimizer``) that
+    profiles and HLO dumps show (``experiments/bench/profile.py``).
+    """
     axes = mesh.axis_names
     flat, unravel = ravel_pytree(state.params)
     dim = flat.shape[0]
-    eval_batch = strategy.eval_batch_size or default_eval_batch_size(strategy.popsize, dim)
-    update_batch = strategy.update_batch_size or budget_batch_size(dim)
+    eval_batch = strategy.eval_batch_size or default_eval_batch_size(strategy.popsize, dim, strategy.antithetic)
+    update_batch = strategy.update_batch_size or default_update_batch_size(dim)
     sigma = strategy.sigma_at(state.generation)
     gen_key = population.generation_key(state.key, state.generation)
-    member_params = functools.partial(
-        _member_params, strategy, noise_aux, gen_key, flat, unravel, sigma
-    )
+    perturb = functools.partial(_perturb, flat, unravel, sigma)
 
     # 1. Evaluate this device's members, rebuilding their noise from shared keys.
     local_size = strategy.popsize // mesh.size
     local_members = index_range(jax.lax.axis_index(axes) * local_size, local_size)
-
-    def evaluate(member):
-        key = population.eval_key(gen_key, member)
-        return fitness.evaluate(member_params(member), key, state.fitness_state)
-
-    local_fitness, local_stats = map_in_batches(evaluate, local_members, eval_batch)
+    with jax.named_scope("es_evaluate"):
+        local_fitness, local_stats = evaluate_members(
+            strategy,
+            fitness,
+            noise_aux,
+            gen_key,
+            (flat, unravel, sigma),
+            state.fitness_state,
+            local_members,
+            eval_batch,
+            pairs=evaluates_pairs(strategy, local_size, eval_batch),
+        )
 
     # 2. Exchange: popsize fitness scalars (and per-member stats) cross devices.
-    all_fitness, all_stats = jax.lax.all_gather((local_fitness, local_stats), axes, tiled=True)
-    # The barrier keeps XLA from fusing what follows into the (device-count
-    # dependent) evaluation, so the update compiles the same on every mesh.
-    all_fitness, all_stats = jax.lax.optimization_barrier((all_fitness, all_stats))
+    with jax.named_scope("es_exchange"):
+        all_fitness, all_stats = jax.lax.all_gather((local_fitness, local_stats), axes, tiled=True)
+        # The barrier keeps XLA from fusing what follows into the (device-count
+        # dependent) evaluation, so the update compiles the same on every mesh.
+        all_fitness, all_stats = jax.lax.optimization_barrier((all_fitness, all_stats))
 
     # 3. Shape fitnesses into weights (identical on every device).
     weights, valid = shaping.shape_fitness(all_fitness, strategy.fitness_shaping, strategy.maximize)
 
     # 4. Rebuild the perturbations in chunks to form the gradient estimate g.
-    weighted_noise = _weighted_noise_sum(
-        strategy, noise_aux, gen_key, weights, local_members, dim, update_batch
-    )
-    if strategy.exchange == "gradient":
-        weighted_noise = jax.lax.psum(weighted_noise, axes)
-    grad = weighted_noise / (strategy.popsize * sigma)
-    grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
+    with jax.named_scope("es_update"):
+        weighted_noise = _weighted_noise_sum(
+            strategy, noise_aux, gen_key, weights, local_members, dim, update_batch
+        )
+        if strategy.exchange == "gradient":
+            with jax.named_scope("es_exchange"):
+                weighted_noise = jax.lax.psum(weighted_noise, axes)
+        grad = weighted_noise / (strategy.popsize * sigma)
+        grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
 
     # 5. Optimizer step on -g (optax minimises) plus L2 weight decay.
-    loss_grad = -grad + strategy.weight_decay * flat.astype(jnp.float32)
-    updates, opt_state = strategy.optimizer.update(
-        unravel(loss_grad.astype(flat.dtype)), state.opt_state, state.params
-    )
-    params = optax.apply_updates(state.params, updates)
+    with jax.named_scope("es_optimizer"):
+        loss_grad = -grad + strategy.weight_decay * flat.astype(jnp.float32)
+        updates, opt_state = strategy.optimizer.update(
+            unravel(loss_grad.astype(flat.dtype)), state.opt_state, state.params
+        )
+        params = optax.apply_updates(state.params, updates)
+
+    def member_params(member):
+        index = population.noise_index(member, strategy.antithetic)
+        eps = strategy.noise.sample(noise_aux, population.noise_key(gen_key, index), dim)
+        return perturb(population.noise_sign(member, strategy.antithetic), eps)
 
     best_params, best_fitness = _track_best(strategy, state, all_fitness, valid, member_params)
     fitness_state = state.fitness_state
@@ -182,12 +207,61 @@ def generation_step(
     return new_state, {name: metrics[name] for name in METRIC_NAMES}
 
 
-def _member_params(strategy, noise_aux, gen_key, flat, unravel, sigma, member):
-    """The params pytree of member ``member``: ``theta + sigma * sign * eps``."""
-    index = population.noise_index(member, strategy.antithetic)
-    sign = population.noise_sign(member, strategy.antithetic)
-    eps = strategy.noise.sample(noise_aux, population.noise_key(gen_key, index), flat.shape[0])
+def _perturb(flat, unravel, sigma, sign, eps):
+    """The params pytree ``theta + sigma * sign * eps`` (``sign`` is +1 or -1)."""
     return unravel((flat.astype(jnp.float32) + sigma * sign * eps).astype(flat.dtype))
+
+
+def _noise_vectors(strategy, noise_aux, gen_key, indices, dim):
+    """float32[len(indices), dim]: the noise vectors with those indices."""
+    keys = jax.vmap(population.noise_key, in_axes=(None, 0))(gen_key, indices)
+    return jax.vmap(strategy.noise.sample, in_axes=(None, 0, None))(noise_aux, keys, dim)
+
+
+def evaluates_pairs(strategy: OpenES, num_members: int, batch: int) -> bool:
+    """Whether ``num_members`` members (from an even index) are evaluated pair by pair.
+
+    True when every micro-batch holds whole antithetic pairs and the noise
+    source prefers it (``pairs_share_draws``; a PRNG draw costs far more than
+    reading a table slice twice): each pair's noise vector is then drawn once
+    and used with both signs, instead of once per member. Member params are
+    the same bit for bit either way.
+    """
+    return (
+        strategy.antithetic
+        and strategy.noise.pairs_share_draws
+        and batch % 2 == 0
+        and num_members % 2 == 0
+    )
+
+
+def evaluate_members(strategy, fitness, noise_aux, gen_key, mean, fitness_state, members, batch, pairs):
+    """``(fitness float32[n], stats)`` of the consecutive ``members``.
+
+    ``mean`` is ``(flat, unravel, sigma)``: the raveled mean, its unravel
+    function and this generation's sigma. Members are evaluated ``batch`` at
+    a time by one vmapped call of the fitness function, whose shape is the
+    same on every mesh. ``pairs`` (see ``evaluates_pairs``; needs ``members``
+    to start at an even index) draws each antithetic pair's noise once; the
+    results are identical.
+    """
+    antithetic = strategy.antithetic
+    perturb = functools.partial(_perturb, *mean)
+    dim = mean[0].shape[0]
+    evaluate = jax.vmap(fitness.evaluate, in_axes=(0, 0, None))
+
+    def evaluate_chunk(chunk):
+        if pairs:  # chunk = (2j, 2j+1, 2j+2, ...): one draw per pair
+            eps = _noise_vectors(strategy, noise_aux, gen_key, population.noise_index(chunk[0::2], True), dim)
+            eps = jnp.broadcast_to(eps[:, None], (eps.shape[0], 2, dim)).reshape(chunk.shape[0], dim)
+        else:
+            eps = _noise_vectors(strategy, noise_aux, gen_key, population.noise_index(chunk, antithetic), dim)
+        params = jax.vmap(perturb)(population.noise_sign(chunk, antithetic), eps)
+        keys = jax.vmap(population.eval_key, in_axes=(None, 0))(gen_key, chunk)
+        with jax.named_scope("es_fitness"):
+            return evaluate(params, keys, fitness_state)
+
+    return map_chunks(evaluate_chunk, members, batch)
 
 
 def _weighted_noise_sum(strategy, noise_aux, gen_key, weights, local_members, dim, batch):
@@ -213,8 +287,7 @@ def _weighted_noise_sum(strategy, noise_aux, gen_key, weights, local_members, di
     def chunk_sum(chunk):
         chunk_coefs, chunk_indices = chunk
         keys = jax.vmap(population.noise_key, in_axes=(None, 0))(gen_key, chunk_indices)
-        eps = jax.vmap(strategy.noise.sample, in_axes=(None, 0, None))(noise_aux, keys, dim)
-        return jnp.dot(chunk_coefs, eps, precision=jax.lax.Precision.HIGHEST)
+        return strategy.noise.weighted_sum(noise_aux, keys, chunk_coefs, dim)
 
     return sum_in_batches(chunk_sum, (coefs, indices), batch, jnp.zeros((dim,), jnp.float32))
 

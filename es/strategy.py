@@ -86,7 +86,9 @@ class OpenES:
         gradient handed to the optimizer.
       maximize: whether ``fitness_fn`` is to be maximised.
       noise: where perturbations come from: ``es.GaussianNoise()`` (fresh
-        PRNG draws, default) or ``es.NoiseTable(size, seed)``.
+        ``jax.random.normal`` draws, default) or ``es.NoiseTable(size,
+        seed)`` (slices of a shared table: several times faster, see
+        docs/benchmarks.md).
       exchange: ``"fitness"`` (default): devices exchange only the popsize
         fitness scalars and every device rebuilds every perturbation, bit
         identical on any device count. ``"gradient"``: each device sums its
@@ -97,11 +99,13 @@ class OpenES:
         micro-batch (devices loop over their share in such batches). It must
         be the same on every mesh for results to be bit-identical across
         device counts. ``None``: the largest divisor of ``popsize / 8`` (so it
-        divides every device's share on 1, 2, 4 or 8 devices) whose noise
-        fits in ``2**24`` floats (64 MiB). For meshes of more than 8 devices
-        set it to at most ``popsize // num_devices``.
-      update_batch_size: noise vectors rebuilt at once when forming the
-        gradient. ``None``: as many as fit in ``2**24`` floats.
+        divides every device's share on 1, 2, 4 or 8 devices) whose
+        perturbations fit in ``2**19`` floats (2 MiB), even with antithetic
+        sampling so that pairs share one noise draw. For meshes of more than
+        8 devices set it to at most ``popsize // num_devices``.
+      update_batch_size: noise vectors rebuilt per step when forming the
+        gradient (the step is one fused loop; nothing is stored). ``None``:
+        ``max(16, 2**19 // num_params)``, at most ``2**24 // num_params``.
 
     Peak memory is ``O((eval_batch_size + update_batch_size) * num_params)``,
     independent of popsize.
