@@ -36,6 +36,8 @@ from es.strategy import OpenESState
 PyTree = Any
 
 FORMAT = "es-checkpoint-1"
+# The fields of a checkpoint's metadata record that ``restore`` reads.
+_META_FIELDS = ("generation", "config", "signature", "history", "sha256", "initial_sha256")
 _KEY_DTYPE_PREFIX = "key<"
 
 
@@ -229,9 +231,13 @@ class Checkpointer:
             meta = self._manager.restore(generation, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
             if not isinstance(meta, dict) or meta.get("format") != FORMAT:
                 raise ValueError(f"its metadata is not an {FORMAT!r} record")
+            missing = [field for field in _META_FIELDS if field not in meta]
+            if missing:
+                raise ValueError(f"its metadata lacks the field{'s' * (len(missing) > 1)} {', '.join(missing)}")
             stored = meta["signature"]
-            history_dtypes = meta["history"]
+            history_dtypes = {name: np.dtype(dtype) for name, dtype in meta["history"].items()}
             meta_generation = int(meta["generation"])
+            stored_digest, stored_config, initial_digest = meta["sha256"], meta["config"], meta["initial_sha256"]
         except Exception as error:  # orbax, tensorstore and json raise many types
             raise CheckpointError(
                 f"checkpoint {path} is corrupt or incomplete: {error}. {self._advice(generation)}"
@@ -247,7 +253,7 @@ class Checkpointer:
         blanks = [np.zeros(_stored_shape(e, leaf), _stored_dtype(e)) for e, leaf in zip(stored, like_leaves)]
         targets = {_leaf_name(i): blank for i, blank in enumerate(blanks) if blank.size}
         history_targets = {
-            name: np.zeros((meta_generation,), np.dtype(dtype)) for name, dtype in history_dtypes.items()
+            name: np.zeros((meta_generation,), dtype) for name, dtype in history_dtypes.items()
         }
         array_targets = {"state": targets}
         if meta_generation:
@@ -270,14 +276,14 @@ class Checkpointer:
             for name in history_dtypes
         }
         digest = _digest([(e["path"], a) for e, a in zip(stored, arrays)] + sorted(history.items()))
-        if digest != meta["sha256"]:
+        if digest != stored_digest:
             raise CheckpointError(
                 f"checkpoint {path} is corrupt: its arrays do not match the checksum written with them. "
                 f"{self._advice(generation)}"
             )
         leaves = [_from_host(entry, array) for entry, array in zip(stored, arrays)]
         state = jax.tree.structure(like).unflatten(leaves)
-        return Checkpoint(meta_generation, state, history, meta["config"], meta["initial_sha256"], path)
+        return Checkpoint(meta_generation, state, history, stored_config, initial_digest, path)
 
     def _advice(self, generation: int) -> str:
         earlier = [g for g in self.generations() if g < generation]

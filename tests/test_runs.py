@@ -176,6 +176,19 @@ def test_corrupt_checkpoints_are_refused(tmp_path):
         run(tmp_path, 10, resume=True)
 
 
+def test_a_checkpoint_whose_metadata_lacks_a_field_is_refused(tmp_path):
+    state = initial_state()._replace(generation=jnp.int32(3))
+    with es.checkpoint.Checkpointer(tmp_path, keep=1) as checkpointer:
+        checkpointer.save(state, {"fitness_mean": np.arange(3, dtype=np.float32)}, CONFIG, "digest")
+        checkpointer.wait()
+        meta = tmp_path / "3" / "meta" / "metadata"
+        record = json.loads(meta.read_text())
+        for field in ("sha256", "config", "initial_sha256", "history"):
+            meta.write_text(json.dumps({name: value for name, value in record.items() if name != field}))
+            with pytest.raises(es.CheckpointError, match=rf"checkpoint .*3 is corrupt .*lacks the field {field}\."):
+                checkpointer.restore(3, like=initial_state())
+
+
 def test_a_run_directory_in_use_is_not_overwritten(tmp_path):
     run(tmp_path, 4)
     with pytest.raises(ValueError, match="already holds checkpoints up to generation 4.*resume=True"):
