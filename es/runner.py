@@ -158,22 +158,34 @@ def run(
     config = json.loads(json.dumps(config))
     writer = is_writer()
     name = f"es.run/{next(_run_numbers)}"
-    initial_digest = state_digest(state)
+    initial_digest = None
     start, history = 0, {}
     checkpointer = log = None
     try:
         if run_dir is not None:
             run_dir = pathlib.Path(run_dir)
+            directory = run_dir / CHECKPOINTS_NAME
+            initial_digest = state_digest(state)
             # Process 0 opens the checkpoints first (removing what a killed write left behind); then every
-            # process reads them, and they check that they all resume from the same one.
-            if writer:
-                checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, keep_checkpoints, writer=True)
-            distributed.all_processes(f"{name}/opened")
-            if not writer:
-                checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, keep_checkpoints, writer=False)
-            start, state, history = _agreed_resume_point(
-                f"{name}/resume", checkpointer, run_dir, state, config, initial_digest, resume, num_generations
-            )
+            # process reads them, and they check that they all resume from the same one. Each step ends in an
+            # exchange of its outcome, so that an error on any process stops every process there.
+            outcome = ""
+            try:
+                if writer:
+                    checkpointer = Checkpointer(directory, keep_checkpoints, writer=True)
+            except Exception as error:  # any error: every process must reach the exchange
+                outcome = error
+            _agree_on(f"{name}/opened", run_dir, outcome)
+            try:
+                if not writer:
+                    checkpointer = Checkpointer(directory, keep_checkpoints, writer=False)
+                point = _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, num_generations)
+                digest = initial_digest if point[1] is state else state_digest(point[1])
+                outcome = f"{point[0]} {digest}"
+            except Exception as error:  # CheckpointError and any other: every process must reach the exchange
+                outcome = error
+            _check_same_resume_point(_agree_on(f"{name}/resume", run_dir, outcome), run_dir)
+            start, state, history = point
             if writer:
                 log = MetricsLog(run_dir / LOG_NAME)
                 log.rewrite(history, start)  # exactly the checkpointed generations, nothing after
@@ -210,26 +222,29 @@ def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config,
         ) from None
 
 
-def _agreed_resume_point(name, checkpointer, run_dir, state, config, initial_digest, resume, num_generations):
-    """``_resume_point`` on every process, checked to be the same everywhere (one exchange of short strings).
+def _agree_on(name: str, run_dir, outcome: str | Exception) -> list[str]:
+    """Every process's ``outcome`` of one step (a short string, or the error it raised), in process order.
 
-    A process that fails raises its own error; the others raise one naming it, so that no process waits for
-    another that will never start.
+    One exchange of short strings. A process whose step failed re-raises its own error after the exchange;
+    the others raise a ``CheckpointError`` naming it, so that no process waits for another that will never
+    come.
     """
-    error = None
-    try:
-        point = _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, num_generations)
-        found = f"ok {point[0]} {state_digest(point[1])}"
-    except ValueError as caught:  # CheckpointError included
-        error, found = caught, f"error {type(caught).__name__}: {caught}"
-    everyone = distributed.all_processes(name, found)
-    if error is not None:
-        raise error
+    failed_here = isinstance(outcome, Exception)
+    everyone = distributed.all_processes(
+        name, f"error {type(outcome).__name__}: {outcome}" if failed_here else f"ok {outcome}"
+    )
+    if failed_here:
+        raise outcome
     failed = [(p, text) for p, text in enumerate(everyone) if text.startswith("error")]
     if failed:
         process, text = failed[0]
         raise CheckpointError(f"process {process} cannot start the run in {run_dir}: {text[len('error '):]}")
-    generations = [int(text.split()[1]) for text in everyone]
+    return [text[len("ok "):] for text in everyone]
+
+
+def _check_same_resume_point(everyone: list[str], run_dir) -> None:
+    """Refuse resume points (``"<generation> <state digest>"`` per process) that differ between processes."""
+    generations = [int(text.split()[0]) for text in everyone]
     if len(set(generations)) > 1:
         raise CheckpointError(
             f"the processes would start {run_dir} from different generations ({generations}, in process "
@@ -242,7 +257,6 @@ def _agreed_resume_point(name, checkpointer, run_dir, state, config, initial_dig
             f"processes {differ} would start {run_dir} at generation {generations[0]} from another state "
             "than process 0: every process must pass the same initial state (same seed and params)."
         )
-    return point
 
 
 def _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, num_generations):

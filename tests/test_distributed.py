@@ -216,7 +216,7 @@ def test_a_peer_that_never_initializes_ends_the_job_within_the_initialization_ti
     assert elapsed < timeout + 5 + KILL_GRACE + 10, f"took {elapsed:.1f} s"
 
 
-def test_processes_with_different_states_or_checkpoints_get_a_clear_error(tmp_path):
+def test_processes_with_different_states_or_checkpoints_or_a_failing_writer_get_a_clear_error(tmp_path):
     script = (
         "import sys\n"
         "import es\n"
@@ -231,6 +231,12 @@ def test_processes_with_different_states_or_checkpoints_get_a_clear_error(tmp_pa
         "    print('refused:', error)\n"
         "state, run_dir = strategy.init(jax.random.key(0), jnp.ones(4)), sys.argv[1]\n"
         "kwargs = dict(segment=2, mesh=es.make_mesh(), progress=False)\n"
+        "if jax.process_index() == 0:  # process 0 cannot open its checkpoints: a file is in the way\n"
+        "    open(run_dir + '-file', 'w').close()\n"
+        "try:\n"
+        "    es.run(strategy, f, state, 2, run_dir=run_dir + '-file/run', **kwargs)\n"
+        "except Exception as error:\n"
+        "    print('failed:', type(error).__name__, error)\n"
         "es.run(strategy, f, state, 2, run_dir=run_dir, **kwargs)  # process 0 writes, generation 2\n"
         "mine = run_dir if jax.process_index() == 0 else run_dir + '-unshared'  # process 1 sees no checkpoint\n"
         "try:\n"
@@ -246,6 +252,9 @@ def test_processes_with_different_states_or_checkpoints_get_a_clear_error(tmp_pa
                  "--", sys.executable, "-c", script, str(run_dir)),
         env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=CHILD_TIMEOUT + 10)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[rank 0] failed: NotADirectoryError" in proc.stdout, proc.stdout
+    assert (f"[rank 1] failed: CheckpointError process 0 cannot start the run in {run_dir}-file/run: "
+            "NotADirectoryError") in proc.stdout, proc.stdout
     resumed = {}
     for rank in (0, 1):
         assert f"[rank {rank}] refused: es.evolve: processes [1] hold a different state" in proc.stdout, proc.stdout

@@ -84,6 +84,15 @@ def test_an_old_checkpoint_a_kill_left_half_deleted_is_removed_on_resume(tmp_pat
     chex.assert_trees_all_equal(result.metrics, metrics)
 
 
+def test_a_fresh_run_digests_its_initial_state_once(tmp_path, monkeypatch):
+    digested = []
+    monkeypatch.setattr(es.runner, "state_digest", lambda state: digested.append(state) or "digest")
+    run(tmp_path, 4)
+    assert len(digested) == 1
+    run(None, 4)  # nothing written: no digest needed
+    assert len(digested) == 1
+
+
 def test_log_has_every_generation_once_after_a_resume(tmp_path):
     """A run killed after logging a segment it had not checkpointed, mid-way through a line."""
     run(tmp_path, 8)
