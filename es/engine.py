@@ -362,7 +362,26 @@ def check_evolve_args(strategy, fitness_fn, state, num_generations, mesh) -> Mes
                 f"fitness_shaping callable must map float32[{strategy.popsize}] to float32[{strategy.popsize}], "
                 f"got {jax.tree.map(lambda x: x.shape, out)}."
             )
+    if callable(strategy.sigma):
+        check_sigma_schedule(strategy)
     return mesh
+
+
+def check_sigma_schedule(strategy: OpenES) -> None:
+    """Raise ``TypeError`` unless ``strategy.sigma`` maps an int32 scalar generation to a float scalar."""
+    fix = "a schedule must return one float per generation, e.g. optax.exponential_decay(0.1, 100, 0.5)"
+    try:
+        out = jax.eval_shape(strategy.sigma_at, jax.ShapeDtypeStruct((), jnp.int32))
+    except Exception as error:  # whatever tracing the user's schedule raises
+        raise TypeError(
+            f"OpenES(sigma={strategy.sigma!r}): calling the sigma schedule on an int32 scalar generation "
+            f"failed ({type(error).__name__}: {error}); {fix}."
+        ) from error
+    if out.shape != () or not jnp.issubdtype(out.dtype, jnp.floating):
+        raise TypeError(
+            f"OpenES(sigma={strategy.sigma!r}): the sigma schedule returns {out.dtype}{list(out.shape)} for an "
+            f"int32 scalar generation, not a float scalar; {fix}."
+        )
 
 
 def _abstract(tree: PyTree) -> PyTree:

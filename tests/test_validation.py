@@ -138,6 +138,14 @@ def test_shaping_callable_of_wrong_shape(state):
         es.evolve(strategy, sphere, state, 1)
 
 
+@pytest.mark.parametrize("schedule", [lambda g: jnp.full(4, 0.1), lambda g: (0.1,), lambda g: 0.1 / float(g + 1)],
+                         ids=["shaped-like-params", "a-tuple", "not-traceable"])
+def test_sigma_schedule_not_returning_a_scalar(state, schedule):
+    strategy = es.OpenES(popsize=8, sigma=schedule)
+    with raises(TypeError, "OpenES(sigma=", "sigma schedule", "one float per generation"):
+        es.evolve(strategy, sphere, state, 1)
+
+
 def test_optimizer_not_an_optax_transformation():
     with raises(TypeError, "optimizer", "optax.GradientTransformation", "optax.adam"):
         es.OpenES(popsize=8, optimizer=lambda g: g)
