@@ -265,19 +265,20 @@ def _supervise(args, procs, marker_dir, say, signals) -> int:
         if all(code == 0 for code in codes):
             return 0
         now = time.monotonic()
-        started = _markers(marker_dir, "initializing", args.processes)
-        if started and first_initializing is None:
-            first_initializing = now
-        if first_initializing is not None and now - first_initializing > args.initialization_timeout + 5:
-            connected = _markers(marker_dir, "connected", args.processes)
-            if len(connected) < args.processes:
-                missing = sorted(set(range(args.processes)) - started)
-                who = f"rank(s) {missing} never reached" if missing else "not every rank completed"
-                say(f"es.launch: {who} es.distributed.initialize within "
-                    f"{args.initialization_timeout} s; stopping all {args.processes} processes.")
-                _stop(procs, args.kill_grace)
-                return 1
-            first_initializing = float("inf")  # everyone connected: no more checks
+        if first_initializing != float("inf"):  # until every rank has connected
+            started = _markers(marker_dir, "initializing", args.processes)
+            if started and first_initializing is None:
+                first_initializing = now
+            if first_initializing is not None and now - first_initializing > args.initialization_timeout + 5:
+                connected = _markers(marker_dir, "connected", args.processes)
+                if len(connected) < args.processes:
+                    missing = sorted(set(range(args.processes)) - started)
+                    who = f"rank(s) {missing} never reached" if missing else "not every rank completed"
+                    say(f"es.launch: {who} es.distributed.initialize within "
+                        f"{args.initialization_timeout} s; stopping all {args.processes} processes.")
+                    _stop(procs, args.kill_grace)
+                    return 1
+                first_initializing = float("inf")  # everyone connected: no more checks
         if args.timeout is not None and now - start > args.timeout:
             running = [rank for rank, code in enumerate(codes) if code is None]
             say(f"es.launch: --timeout {args.timeout} s reached with rank(s) {running} still running; "

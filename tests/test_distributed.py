@@ -171,6 +171,39 @@ def test_launcher_passes_on_the_first_failure_and_stops_the_other_ranks():
     assert elapsed < 20, f"launcher took {elapsed:.1f} s to stop rank 0"
 
 
+def test_launcher_stops_polling_initialization_markers_once_every_rank_connected(tmp_path, monkeypatch):
+    class Clock:  # one second per reading, no real sleeping
+        now = 0.0
+
+        @classmethod
+        def monotonic(cls):
+            cls.now += 1.0
+            return cls.now
+
+        sleep = staticmethod(lambda seconds: None)
+
+    class Rank:  # runs for 50 polls (50 s), then exits 0
+        polls = 0
+
+        def poll(self):
+            self.polls += 1
+            return None if self.polls <= 50 else 0
+
+    for stage in ("initializing", "connected"):
+        for rank in (0, 1):
+            (tmp_path / f"{stage}.{rank}").touch()
+    reads = []
+    markers = launch._markers
+    monkeypatch.setattr(launch, "_markers", lambda *a: reads.append(a[1]) or markers(*a))
+    monkeypatch.setattr(launch, "time", Clock)
+    args = launch.argparse.Namespace(processes=2, initialization_timeout=3, timeout=None, kill_grace=0.0)
+    status = launch._supervise(args, [Rank(), Rank()], str(tmp_path), print, launch._Signals())
+    assert status == 0
+    # read every poll (second) until the initialization timeout (3 + 5 s) passes with every rank connected,
+    # then never again
+    assert reads.count("connected") == 1 and 8 <= reads.count("initializing") <= 10, reads
+
+
 def test_killing_one_peer_ends_the_job_nonzero_within_the_bound():
     proc = subprocess.Popen(
         launcher("--processes", "2", "--devices-per-process", "1", "--timeout", str(CHILD_TIMEOUT),
