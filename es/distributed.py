@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import signal
 from typing import Any, NamedTuple
 
 import jax
@@ -310,6 +311,10 @@ def _timeout(value: int | None, env_name: str, default: int) -> int:
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"es.distributed.initialize: {env_name}={text!r} must be a whole number of seconds >= 1.")
     return int(text)
+
+
+# The signals that stop an ``es.run`` after the segment in progress; ``es.launch`` passes them on to its ranks.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def mark_launch(stage: str) -> None:

@@ -19,7 +19,6 @@ and results do not depend on the number of devices.
 from __future__ import annotations
 
 import functools
-import numbers
 from typing import Any, Callable
 
 import jax
@@ -40,7 +39,7 @@ from es.batching import (
 from es.distributed import replicate
 from es.fitness import FitnessRef, StatefulFitness, check_fitness_output
 from es.mesh import resolve_mesh
-from es.strategy import OpenES, OpenESState, check_key, check_params
+from es.strategy import OpenES, OpenESState, check_key, check_params, is_int
 
 PyTree = Any
 Metrics = dict[str, jax.Array]
@@ -338,7 +337,7 @@ def check_evolve_args(strategy, fitness_fn, state, num_generations, mesh) -> Mes
         raise TypeError(
             f"fitness_fn must be callable as fitness_fn(params, key) -> scalar, got {type(fitness_fn).__name__}."
         )
-    if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral):
+    if not is_int(num_generations):
         raise TypeError(
             f"num_generations must be a Python int (it is the static scan length), got {num_generations!r}."
         )

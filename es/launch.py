@@ -57,7 +57,6 @@ DEFAULT_HEARTBEAT_TIMEOUT = 20
 DEFAULT_SHUTDOWN_TIMEOUT = 30
 DEFAULT_KILL_GRACE = 5.0
 DEFAULT_STOP_TIMEOUT = 60.0
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PR_SET_PDEATHSIG = 1
 
 
@@ -184,7 +183,7 @@ class _Signals:
         self.received: list[int] = []
         self._previous = {}
         if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
+            for signum in distributed.STOP_SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._record)
 
     def _record(self, signum, frame):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
 
 import jax
 from jax.sharding import Mesh
+
+from es.strategy import is_int
 
 POPULATION_AXIS = "population"
 
@@ -30,7 +31,7 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     devices = jax.devices()
     if num_devices is None:
         num_devices = len(devices)
-    if isinstance(num_devices, bool) or not isinstance(num_devices, numbers.Integral):
+    if not is_int(num_devices):
         raise TypeError(f"make_mesh(num_devices={num_devices!r}): num_devices must be an int or None.")
     if num_devices < 1:
         raise ValueError(f"make_mesh(num_devices={num_devices}): num_devices must be >= 1.")

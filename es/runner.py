@@ -32,7 +32,6 @@ from __future__ import annotations
 import collections
 import itertools
 import json
-import numbers
 import os
 import pathlib
 import signal
@@ -52,7 +51,7 @@ from es.checkpoint import (
 from es.distributed import is_writer
 from es.engine import evolve
 from es.metrics_log import MetricsLog
-from es.strategy import OpenES, OpenESState
+from es.strategy import OpenES, OpenESState, is_int
 
 LOG_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"
@@ -205,7 +204,7 @@ def run(
 def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume) -> None:
     for name, value, low in (("num_generations", num_generations, 0), ("segment", segment, 1),
                              ("keep_checkpoints", keep_checkpoints, 1)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if not is_int(value):
             raise TypeError(f"es.run({name}={value!r}): {name} must be an int.")
         if value < low:
             raise ValueError(f"es.run({name}={value}): {name} must be >= {low}.")
@@ -300,15 +299,13 @@ class _Stopper:
     (``agreed``): a signal to any one of them stops them all at the same boundary.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
     def __init__(self, enabled: bool, verbose: bool, run_name: str):
         self.signum: int | None = None
         self._verbose = verbose
         self._name = run_name
         self._previous = {}
         if enabled and threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
+            for signum in distributed.STOP_SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
             distributed.mark_launch("stoppable")  # es.launch: this rank stops cleanly on a signal
 

@@ -64,7 +64,8 @@ def _default_optimizer() -> optax.GradientTransformation:
 _DEFAULT_OPTIMIZER = optax.adam(1e-2)
 
 
-def _is_int(x) -> bool:
+def is_int(x) -> bool:
+    """Whether ``x`` is an integer (Python or numpy) and not a bool."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
@@ -124,7 +125,7 @@ class OpenES:
     update_batch_size: int | None = None
 
     def __post_init__(self):
-        if not _is_int(self.popsize):
+        if not is_int(self.popsize):
             raise TypeError(f"OpenES(popsize={self.popsize!r}): popsize must be an int, e.g. 256.")
         if self.popsize < 2:
             raise ValueError(
@@ -190,7 +191,7 @@ class OpenES:
             )
         for name in ("eval_batch_size", "update_batch_size"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise ValueError(
                     f"OpenES({name}={value!r}): {name} must be a positive int or None (automatic)."
                 )
