@@ -354,14 +354,14 @@ def is_writer() -> bool:
 AGREEMENT_TIMEOUT_S = 24 * 3600
 
 
-def all_processes(name: str, value: str = "", timeout_s: float = AGREEMENT_TIMEOUT_S) -> list[str]:
+def all_processes(name: str, value: str = "") -> list[str]:
     """Every process's ``value`` for ``name``, in process order (``[value]`` in a single process).
 
     A barrier that also exchanges one short string per process, through JAX's
     coordination service (its key-value store, over the network to process
     0): host-only, so it neither waits for nor reorders device work. Every
     process must call it with the same ``name``, and each ``name`` once per
-    run of the job. Raises ``RuntimeError`` after ``timeout_s`` seconds.
+    run of the job. Raises ``RuntimeError`` after ``AGREEMENT_TIMEOUT_S`` seconds.
     """
     if process_count() == 1:
         return [value]
@@ -372,12 +372,12 @@ def all_processes(name: str, value: str = "", timeout_s: float = AGREEMENT_TIMEO
     prefix = f"es/{name}/"
     try:
         client.key_value_set(f"{prefix}{rank}", value)
-        client.wait_at_barrier(f"es-barrier/{name}", int(timeout_s * 1000))
+        client.wait_at_barrier(f"es-barrier/{name}", int(AGREEMENT_TIMEOUT_S * 1000))
         entries = dict(client.key_value_dir_get(prefix))
     except Exception as error:  # jaxlib raises its own runtime error types
         raise RuntimeError(
             f"es.distributed.all_processes({name!r}): the {count} processes did not all arrive within "
-            f"{timeout_s:g} s, or one of them failed: {error}"
+            f"{AGREEMENT_TIMEOUT_S:g} s, or one of them failed: {error}"
         ) from error
     return [entries[f"{prefix}{r}"] for r in range(count)]
 

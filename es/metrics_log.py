@@ -65,7 +65,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
     path = pathlib.Path(path)
     text = path.read_text()
     lines = text.split("\n")
-    complete, partial = lines[:-1], lines[-1]
+    complete = lines[:-1]  # the last piece is unterminated: still being written, or cut off by a kill
     rows = []
     for number, line in enumerate(complete, start=1):
         if not line.strip():
@@ -74,5 +74,4 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
             rows.append(json.loads(line))
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}:{number} is not a JSON object ({error}): {line[:80]!r}") from None
-    del partial  # unterminated: still being written, or cut off by a kill
     return rows

@@ -88,8 +88,12 @@ def _threefry_normal_from(data: jax.Array, counters: jax.Array) -> jax.Array:
     return _bits_to_normal(hi ^ lo)
 
 
-def standard_normal_in_rows(key: jax.Array, size: int, row: int = 2**16) -> jax.Array:
-    """``standard_normal(key, size)`` computed ``row`` values per loop step.
+# Values per loop step of ``standard_normal_in_rows``: a cache-sized row.
+_ROW = 2**16
+
+
+def standard_normal_in_rows(key: jax.Array, size: int) -> jax.Array:
+    """``standard_normal(key, size)`` computed ``_ROW`` (2**16) values per loop step.
 
     The same values (element ``i`` always hashes counter ``i``), built by a
     loop whose fused body works on a cache-sized row instead of one fusion
@@ -97,8 +101,8 @@ def standard_normal_in_rows(key: jax.Array, size: int, row: int = 2**16) -> jax.
     values). For threefry keys only.
     """
     data = jax.random.key_data(key)
-    offsets = jnp.arange(-(-size // row), dtype=jnp.uint32) * np.uint32(row)
-    rows = lax.map(lambda start: _threefry_normal_from(data, start + lax.iota(jnp.uint32, row)), offsets)
+    offsets = jnp.arange(-(-size // _ROW), dtype=jnp.uint32) * np.uint32(_ROW)
+    rows = lax.map(lambda start: _threefry_normal_from(data, start + lax.iota(jnp.uint32, _ROW)), offsets)
     return rows.reshape(-1)[:size]
 
 

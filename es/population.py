@@ -21,11 +21,6 @@ _NOISE_STREAM = 0
 _EVAL_STREAM = 1
 
 
-def num_noise_vectors(popsize: int, antithetic: bool) -> int:
-    """Number of distinct perturbations in a generation."""
-    return popsize // 2 if antithetic else popsize
-
-
 def noise_index(member: jax.Array, antithetic: bool) -> jax.Array:
     """Index of the noise vector member ``member`` uses (int32, any shape)."""
     return member // 2 if antithetic else member
