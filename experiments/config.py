@@ -460,18 +460,19 @@ def check_optimizer_traces(strategy, params) -> None:
         raise ConfigError(f"strategy.optimizer: one update step fails with these arguments: {error}") from None
 
 
-def initial_state(task, strategy, seed: int):
-    """``(fitness_fn, state)`` of a new run: params from ``task.init_params`` and the run key, both from ``seed``."""
-    import jax
+def initial_state(task, strategy, seed: int, fitness=None):
+    """``(fitness, state)`` of a new run: params from ``task.init_params`` and the run key, both from ``seed``.
 
-    import es
+    ``init_key, run_key = split(key(seed))``. ``fitness`` is what the run evolves with
+    (default ``task.fitness``; e.g. an env task's ``counting_fitness``).
+    """
+    import jax
 
     init_key, run_key = jax.random.split(jax.random.key(seed))
     params = task.init_params(init_key)
     check_optimizer_traces(strategy, params)
-    fitness = task.fitness
-    stateful = isinstance(fitness, es.StatefulFitness)
-    return fitness, strategy.init(run_key, params, fitness=fitness if stateful else None)
+    fitness = task.fitness if fitness is None else fitness
+    return fitness, strategy.init(run_key, params, fitness=fitness)
 
 
 def identity(config: dict) -> dict:
