@@ -311,6 +311,13 @@ def _check_noise(where: str, value: Any) -> dict:
     resolved = {"name": value["name"]}
     for key, default in defaults.items():
         resolved[key] = _check_value(f"{where}.{key}", Field("int", default, "an int"), value.get(key, default))
+    if value["name"] == "table":
+        from es.noise import _MAX_TABLE_SIZE
+
+        if not 1 <= resolved["size"] <= _MAX_TABLE_SIZE:
+            raise ConfigError(f"{where}.size must be in [1, 2**31 - 1] (float32 values in the table; at least 10x "
+                              f"the number of parameters is best, e.g. {NOISE_DEFAULTS['table']['size']}), "
+                              f"got {resolved['size']}.")
     return resolved
 
 
@@ -428,10 +435,10 @@ def build(config: dict) -> Experiment:
     except (TypeError, ValueError) as error:
         raise ConfigError(f"strategy.optimizer: optax.{optimizer_config['name']}(...) failed: {error}") from None
     noise_config = strategy_config["noise"]
-    noise = es.NoiseTable(noise_config["size"], noise_config["seed"]) if noise_config["name"] == "table" \
-        else es.GaussianNoise()
     options = {k: v for k, v in strategy_config.items() if k not in ("sigma", "optimizer", "noise")}
     try:
+        noise = es.NoiseTable(noise_config["size"], noise_config["seed"]) if noise_config["name"] == "table" \
+            else es.GaussianNoise()
         strategy = es.OpenES(sigma=sigma, optimizer=optimizer, noise=noise, **options)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"strategy: {error}") from None

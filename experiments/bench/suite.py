@@ -95,7 +95,7 @@ def _build(spec: dict, generations: int):
 
         noise = es.NoiseTable(size=TABLE_SIZE) if spec["impl"] == "es table" else es.GaussianNoise()
         strategy = es.OpenES(popsize=popsize, sigma=SIGMA, optimizer=optimizer, noise=noise)
-        state = strategy.init(key, params, fitness=fitness if isinstance(fitness, es.StatefulFitness) else None)
+        state = strategy.init(key, params, fitness=fitness)
         run = jax.jit(lambda s: es.evolve(strategy, fitness, s, generations))
         return run.lower(state).compile(), (state,)
 
