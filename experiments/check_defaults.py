@@ -27,20 +27,20 @@ def main() -> None:
     import es
     import tasks
     from experiments.bench.common import markdown_table
+    from experiments.config import initial_state
 
     quarter = args.generations // 4
     rows = []
     for env_id in args.envs:
         task = tasks.make(env_id)
         strategy = tasks.default_strategy(task)
-        key = jax.random.key(args.seed)
-        state = strategy.init(key, task.init_params(jax.random.fold_in(key, 1)), fitness=task.fitness)
+        fitness, state = initial_state(task, strategy, args.seed)  # as python -m experiments.train starts
         evaluate = jax.jit(dataclasses.replace(task, num_episodes=32).mean_return)
         held_out = jax.random.key(10**6 + args.seed)
         before = float(evaluate(state.params, held_out, state.fitness_state))
         returns, start = [], time.perf_counter()
         for _ in range(4):
-            state, _ = es.evolve(strategy, task.fitness, state, quarter)
+            state, _ = es.evolve(strategy, fitness, state, quarter)
             returns.append(float(evaluate(state.params, held_out, state.fitness_state)))
         rows.append([f"`{env_id}`", f"{before:.1f}", *(f"{r:.1f}" for r in returns),
                      f"{time.perf_counter() - start:.0f} s"])

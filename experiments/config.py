@@ -311,6 +311,13 @@ def _check_noise(where: str, value: Any) -> dict:
     resolved = {"name": value["name"]}
     for key, default in defaults.items():
         resolved[key] = _check_value(f"{where}.{key}", Field("int", default, "an int"), value.get(key, default))
+    if value["name"] == "table":
+        from es.noise import _MAX_TABLE_SIZE
+
+        if not 1 <= resolved["size"] <= _MAX_TABLE_SIZE:
+            raise ConfigError(f"{where}.size must be in [1, 2**31 - 1] (float32 values in the table; at least 10x "
+                              f"the number of parameters is best, e.g. {NOISE_DEFAULTS['table']['size']}), "
+                              f"got {resolved['size']}.")
     return resolved
 
 
@@ -428,10 +435,10 @@ def build(config: dict) -> Experiment:
     except (TypeError, ValueError) as error:
         raise ConfigError(f"strategy.optimizer: optax.{optimizer_config['name']}(...) failed: {error}") from None
     noise_config = strategy_config["noise"]
-    noise = es.NoiseTable(noise_config["size"], noise_config["seed"]) if noise_config["name"] == "table" \
-        else es.GaussianNoise()
     options = {k: v for k, v in strategy_config.items() if k not in ("sigma", "optimizer", "noise")}
     try:
+        noise = es.NoiseTable(noise_config["size"], noise_config["seed"]) if noise_config["name"] == "table" \
+            else es.GaussianNoise()
         strategy = es.OpenES(sigma=sigma, optimizer=optimizer, noise=noise, **options)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"strategy: {error}") from None
@@ -460,18 +467,19 @@ def check_optimizer_traces(strategy, params) -> None:
         raise ConfigError(f"strategy.optimizer: one update step fails with these arguments: {error}") from None
 
 
-def initial_state(task, strategy, seed: int):
-    """``(fitness_fn, state)`` of a new run: params from ``task.init_params`` and the run key, both from ``seed``."""
-    import jax
+def initial_state(task, strategy, seed: int, fitness=None):
+    """``(fitness, state)`` of a new run: params from ``task.init_params`` and the run key, both from ``seed``.
 
-    import es
+    ``init_key, run_key = split(key(seed))``. ``fitness`` is what the run evolves with
+    (default ``task.fitness``; e.g. an env task's ``counting_fitness``).
+    """
+    import jax
 
     init_key, run_key = jax.random.split(jax.random.key(seed))
     params = task.init_params(init_key)
     check_optimizer_traces(strategy, params)
-    fitness = task.fitness
-    stateful = isinstance(fitness, es.StatefulFitness)
-    return fitness, strategy.init(run_key, params, fitness=fitness if stateful else None)
+    fitness = task.fitness if fitness is None else fitness
+    return fitness, strategy.init(run_key, params, fitness=fitness)
 
 
 def identity(config: dict) -> dict:

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = ROOT / "experiments" / "configs"
@@ -44,76 +43,46 @@ EVAL_KEY_OFFSET = 1_000_003  # evaluation keys: key(EVAL_KEY_OFFSET + seed), dis
 FINAL_EVAL_INDEX = 2**30  # the final evaluation's key: fold_in(eval key, FINAL_EVAL_INDEX)
 
 
-# ----------------------------------------------------------------- config -> objects
+# -------------------------------------------------------------------------- configs
 
 
-def _schedule_or_value(spec: Any):
-    """A float, or ``{schedule: NAME, ...}`` -> ``optax.NAME_schedule(...)``."""
-    import optax
+def load_config(path, generations: int | None = None) -> tuple[dict, Any]:
+    """``(resolved config, Experiment(task, strategy))`` of ``path``, read as ``python -m experiments.train`` reads it.
 
-    if not isinstance(spec, dict):
-        return float(spec)
-    spec = dict(spec)
-    name = spec.pop("schedule")
-    return getattr(optax, f"{name}_schedule")(**spec)
-
-
-def strategy_from_config(config: dict):
-    """``es.OpenES`` from a config's ``strategy`` section (the one place that maps it).
-
-    ``optimizer: {name: adam, learning_rate: ..., **kwargs}`` becomes
-    ``optax.adam(learning_rate, **kwargs)``; ``sigma`` and ``learning_rate``
-    may be schedules. Every other key is an ``es.OpenES`` field.
+    ``generations`` overrides ``run.generations``. Raises ``ConfigError``.
     """
-    import optax
+    from experiments import config as config_lib
 
-    import es
-
-    spec = dict(config["strategy"])
-    optimizer = dict(spec.pop("optimizer", {"name": "adam", "learning_rate": 0.01}))
-    name = optimizer.pop("name")
-    learning_rate = _schedule_or_value(optimizer.pop("learning_rate"))
-    if "sigma" in spec:
-        spec["sigma"] = _schedule_or_value(spec["sigma"])
-    return es.OpenES(optimizer=getattr(optax, name)(learning_rate, **optimizer), **spec)
-
-
-def _is_env_config(config: dict) -> bool:
-    from tasks.envs import EnvTask
-
-    return isinstance(task_from_config(config), EnvTask)
-
-
-def task_from_config(config: dict):
-    import tasks
-
-    return tasks.make(config["task"]["name"], **(config["task"].get("options") or {}))
+    config = config_lib.resolve(config_lib.load(path))
+    if generations is not None:
+        config = config_lib.resolve(config_lib.apply_overrides(config, [f"run.generations={generations}"]))
+    return config, config_lib.build(config)
 
 
 # -------------------------------------------------------------------------- training
 
 
-def train(config: dict, seed: int, eval_episodes: int, generations: int | None = None) -> dict:
-    """One seed of one config: the learning curve and the final evaluation."""
+def train(config: dict, task, strategy, seed: int, eval_episodes: int) -> dict:
+    """One seed of a resolved config and its built task and strategy: the learning curve and the final evaluation.
+
+    Training follows ``python -m experiments.train`` with ``run.seed = seed`` generation for generation
+    (the same ``experiments.config.initial_state`` and mesh).
+    """
     import jax
 
     import es
+    from experiments.config import initial_state
+    from experiments.train import make_mesh
 
-    task = task_from_config(config)
-    strategy = strategy_from_config(config)
-    run = config["run"]
-    generations = generations or run["generations"]
-    segment = run.get("segment") or generations
-    mesh = es.make_mesh(run.get("num_devices"))
-    fitness = task.counting_fitness  # task.fitness, plus a count of env steps in the state
-    key = jax.random.key(seed)
-    state = strategy.init(key, task.init_params(jax.random.fold_in(key, 1)), fitness=fitness)
+    config = {**config, "run": {**config["run"], "seed": seed}}
+    generations, segment = config["run"]["generations"], config["run"]["segment"]
+    mesh = make_mesh(config, strategy.popsize)
+    # counting_fitness: task.fitness's returns, plus a count of env steps in the state
+    fitness, state = initial_state(task, strategy, seed, fitness=task.counting_fitness)
 
-    curve_task = dataclasses.replace(task, num_episodes=CURVE_EPISODES)
-    final_task = dataclasses.replace(task, num_episodes=eval_episodes)
-    curve_eval = jax.jit(curve_task.mean_return)
+    curve_eval = jax.jit(dataclasses.replace(task, num_episodes=CURVE_EPISODES).mean_return)
     reference_eval = jax.jit(dataclasses.replace(task, num_episodes=REFERENCE_TEST_EPISODES).mean_return)
-    final_eval = jax.jit(final_task.mean_return)
+    final_task = dataclasses.replace(task, num_episodes=eval_episodes)
     eval_key = jax.random.key(EVAL_KEY_OFFSET + seed)
     reference_key = jax.random.fold_in(eval_key, FINAL_EVAL_INDEX + 1)  # unused by the curve and the final
 
@@ -279,7 +248,7 @@ def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | No
 # ---------------------------------------------------------------------------- main
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", nargs="*", help="YAML configs (default: experiments/configs/*.yaml)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -287,22 +256,26 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=None, help="override run.generations (quick checks)")
     parser.add_argument("--report-only", action="store_true", help="rebuild docs/results.md from saved runs")
     parser.add_argument("--no-save", action="store_true", help="do not save runs or write the report")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from experiments.bench.common import machine_description
+    from experiments.config import ConfigError
+    from tasks.envs import EnvTask
 
     if not args.report_only:
         configs = args.configs or sorted(glob.glob(str(CONFIG_DIR / "*.yaml")))
         for path in configs:
-            with open(path) as f:
-                config = yaml.safe_load(f)
-            if not _is_env_config(config):
+            try:
+                config, (task, strategy) = load_config(path, args.generations)
+            except ConfigError as error:
+                parser.error(f"{path}: {error}")
+            if not isinstance(task, EnvTask):
                 if args.configs:
                     parser.error(f"{path}: task {config['task']['name']!r} is not a gymnax environment")
                 continue  # e.g. demo.yaml (Rastrigin): not an environment to reproduce
             print(f"{path}: {config['task']}", flush=True)
             for seed in args.seeds:
-                result = train(config, seed, args.eval_episodes, args.generations)
+                result = train(config, task, strategy, seed, args.eval_episodes)
                 result["device"] = machine_description()
                 print(f"  seed {seed}: final return {result['final_return_mean']:.2f} "
                       f"± {result['final_return_std']:.2f} over {args.eval_episodes} episodes", flush=True)

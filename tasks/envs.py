@@ -302,10 +302,33 @@ def _override_params(defaults, overrides: tuple[tuple[str, Any], ...]):
 
 
 def _check_env_params(env_id: str, defaults, overrides) -> None:
+    """Unknown fields, and numbers of the wrong kind for the default's int or float fields, raise ValueError."""
     valid = [f.name for f in dataclasses.fields(defaults)]
     unknown = sorted(name for name, _ in overrides if name not in valid)
     if unknown:
         raise ValueError(f"tasks.make({env_id!r}, env_params=...): unknown field(s) {unknown}; valid fields: {valid}")
+    for name, value in overrides:
+        old = getattr(defaults, name)
+        if isinstance(old, bool):
+            continue  # bools and arrays are passed on as before
+        if isinstance(old, numbers.Integral):
+            expected, ok = "an int", isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        elif isinstance(old, numbers.Real):
+            expected, ok = "a real number", isinstance(value, numbers.Real) and not isinstance(value, bool)
+        else:
+            continue
+        if not ok:
+            raise ValueError(
+                f"tasks.make({env_id!r}, env_params={{{name!r}: {value!r}}}): field {name!r} of {env_id} "
+                f"must be {expected} (default {old!r}), got {type(value).__name__} {value!r}."
+            )
+
+
+def _choice(env_id: str, option: str, value, choices) -> str:
+    """``value`` if it is one of the str ``choices``, else a ValueError listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"tasks.make({env_id!r}, {option}={value!r}): use one of {list(choices)} for {option}.")
+    return value
 
 
 def _positive_int(env_id: str, option: str, value, allow_none: bool = False):
@@ -360,8 +383,7 @@ def env_factory(env_id: str):
     ) -> EnvTask:
         num_episodes = _positive_int(env_id, "num_episodes", num_episodes)
         max_steps = _positive_int(env_id, "max_steps", max_steps, allow_none=True)
-        if policy not in POLICIES:
-            raise ValueError(f"tasks.make({env_id!r}, policy={policy!r}): use one of {list(POLICIES)}.")
+        policy = _choice(env_id, "policy", policy, POLICIES)
         hidden_sizes = DEFAULT_HIDDEN_SIZES[policy] if hidden_sizes is None else hidden_sizes
         if isinstance(hidden_sizes, numbers.Integral):
             hidden_sizes = (hidden_sizes,)
@@ -374,12 +396,8 @@ def env_factory(env_id: str):
             )
         hidden_sizes = tuple(int(h) for h in hidden_sizes)
         activation = DEFAULT_ACTIVATION[policy] if activation is None else activation
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"tasks.make({env_id!r}, activation={activation!r}): use one of {sorted(ACTIVATIONS)}.")
-        if action_selection not in DISCRETE_SELECTIONS:
-            raise ValueError(
-                f"tasks.make({env_id!r}, action_selection={action_selection!r}): use one of {list(DISCRETE_SELECTIONS)}."
-            )
+        activation = _choice(env_id, "activation", activation, sorted(ACTIVATIONS))
+        action_selection = _choice(env_id, "action_selection", action_selection, DISCRETE_SELECTIONS)
         if obs_norm is not None and not isinstance(obs_norm, bool):
             raise TypeError(
                 f"tasks.make({env_id!r}, obs_norm={obs_norm!r}): obs_norm must be True, False or None (auto)."

@@ -43,7 +43,11 @@ def names() -> list[str]:
 
 def options(name: str) -> list[str]:
     """The keyword options of task ``name``."""
-    return [p.name for p in inspect.signature(_lookup(name)).parameters.values() if p.kind == p.KEYWORD_ONLY
+    return _options(_lookup(name))
+
+
+def _options(factory: Callable[..., Any]) -> list[str]:
+    return [p.name for p in inspect.signature(factory).parameters.values() if p.kind == p.KEYWORD_ONLY
             or p.kind == p.POSITIONAL_OR_KEYWORD]
 
 
@@ -61,7 +65,7 @@ def _lookup(name: str) -> Callable[..., Any]:
 def make(name: str, **kwargs: Any) -> Any:
     """The task called ``name``, configured by ``kwargs`` (see ``tasks.names()``)."""
     factory = _lookup(name)
-    valid = options(name)
+    valid = _options(factory)
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for task {name!r}; valid options: {valid}")

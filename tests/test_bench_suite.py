@@ -1,4 +1,6 @@
-"""The benchmark suite reports every outcome as a row (never crashes): pure helpers, no subprocesses."""
+"""The benchmark suite reports every outcome as a row (never crashes): pure helpers, and tiny child commands."""
+
+import sys
 
 from experiments.bench import suite
 
@@ -31,3 +33,16 @@ def test_generations_per_call_follow_the_work_target_within_bounds():
     assert suite.generations_for(1_000_000, 1024, 3e8) == 1
     assert suite.generations_for(100_000, 1024, 3e8) == 3
     assert suite.generations_for(10, 2, 3e8) == 200
+
+
+def test_child_commands_give_their_last_json_line_or_an_error_for_timeouts_and_failures():
+    from experiments.bench.common import run_command
+
+    python = [sys.executable, "-c"]
+    chatty = "print('{\"a\": 1}'); print('log'); print('[rank 0] {\"a\": 2}'); print('{\"a\": 3}'); print('done')"
+    assert run_command([*python, chatty], timeout=60) == {"a": 3}
+    assert run_command([*python, chatty], timeout=60, prefix="[rank 0] ") == {"a": 2}
+    failed = run_command([*python, "import sys; print('{}'); sys.exit('broken: 3')"], timeout=60)
+    assert failed["error"].startswith("exit 1: ") and "broken: 3" in failed["error"]
+    assert "no JSON result" in run_command([*python, "print('no json')"], timeout=60)["error"]
+    assert run_command([*python, "import time; time.sleep(30)"], timeout=0.5) == {"error": "timed out after 0 s"}

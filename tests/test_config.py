@@ -68,6 +68,7 @@ def test_schedules_map_to_optax_and_reach_optimizer_arguments():
         (["strategy.sigma={init_value: 1.0}"], ["strategy.sigma", "without 'schedule'"]),
         (["strategy.noise=tabel"], ["strategy.noise", "['prng', 'table']"]),
         (["strategy.noise={name: table, sise: 5}"], ["unknown key 'strategy.noise.sise'", "'size'"]),
+        (["strategy.noise={name: table, size: 0}"], ["strategy.noise.size must be in [1, 2**31 - 1]", "got 0"]),
         (["strategy.sigma.init_value=2"], ["strategy.sigma is 0.05, not a mapping"]),
         (["popsize=3"], ["section.key"]),
         (["strategy.popsize"], ["section.key=value"]),

@@ -194,6 +194,23 @@ def test_options_are_static_hashable_and_validated():
         tasks.make("CartPole-v1", obs_norm=True).mean_return(a.init_params(jax.random.key(0)), jax.random.key(0))
 
 
+@pytest.mark.parametrize("option", ["activation", "policy", "action_selection"])
+def test_unhashable_choice_options_raise_a_clear_error_naming_the_option(option):
+    with pytest.raises(ValueError, match=rf"{option}=\[.*use one of \[.*\] for {option}"):
+        tasks.make("CartPole-v1", **{option: ["relu"]})
+
+
+def test_env_params_of_the_wrong_number_kind_name_the_env_field_and_type():
+    with pytest.raises(ValueError, match=r"'max_steps_in_episode' of CartPole-v1 must be an int.*float 2.5"):
+        tasks.make("CartPole-v1", env_params={"max_steps_in_episode": 2.5})
+    with pytest.raises(ValueError, match=r"'max_steps_in_episode' of CartPole-v1 must be an int.*bool True"):
+        tasks.make("CartPole-v1", env_params={"max_steps_in_episode": True})
+    with pytest.raises(ValueError, match=r"'gravity' of CartPole-v1 must be a real number.*str 'x'"):
+        tasks.make("CartPole-v1", env_params={"gravity": "x"})
+    task = tasks.make("CartPole-v1", env_params={"gravity": 10, "max_steps_in_episode": np.int64(50)})
+    assert task.gymnax_params.gravity == 10.0 and task.max_steps == 50
+
+
 # ------------------------------------------------------- observation normalisation
 
 

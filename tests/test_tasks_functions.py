@@ -113,6 +113,22 @@ def test_registry_lists_every_function_and_rejects_bad_names_and_options():
     assert tasks.options("bbob_sphere") == ["dim", "seed", "rotate"]
 
 
+def test_make_looks_a_family_name_up_once(monkeypatch):
+    from tasks import registry
+
+    calls = []
+
+    def list_names():
+        calls.append(1)
+        return ["counted-task"]
+
+    monkeypatch.setattr(registry, "_FAMILIES", [(list_names, lambda name: lambda scale=1.0: (name, scale))])
+    assert tasks.make("counted-task", scale=2.0) == ("counted-task", 2.0)
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['size'\].*\['scale'\]"):
+        tasks.make("counted-task", size=2)
+
+
 def test_default_strategy_makes_progress_on_a_shifted_rotated_rastrigin_under_evolve():
     task = tasks.make("bbob_rastrigin", dim=12, seed=5)
     strategy = tasks.default_strategy(task)

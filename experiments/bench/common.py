@@ -18,18 +18,27 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def run_command(command: list[str], timeout: float, env: dict | None = None, prefix: str = "") -> dict:
+    """Run ``command`` and parse the JSON of its last stdout line that starts with ``prefix + "{"``.
+
+    ``env`` adds to this process's environment. A timeout, a non-zero exit or no JSON line gives
+    ``{"error": ...}`` with the tail of stderr instead.
+    """
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = [line.removeprefix(prefix) for line in proc.stdout.splitlines() if line.startswith(prefix + "{")]
+    if proc.returncode != 0 or not lines:
+        tail = " | ".join(line for line in proc.stderr.strip().splitlines()[-3:] if line.strip())
+        return {"error": f"exit {proc.returncode}{'' if lines else ', no JSON result'}: {tail[-300:]}"}
+    return json.loads(lines[-1])
+
+
 def run_child(module: str, args: list[str], timeout: float = 1800, env: dict | None = None) -> dict:
-    """Run ``python -m module args`` and parse the JSON its last stdout line holds."""
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-    if proc.returncode != 0:
-        return {"error": f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Run ``python -m module args`` and parse the JSON of its last stdout line that starts with ``{`` (see run_command)."""
+    return run_command([sys.executable, "-m", module, *args], timeout, env)
 
 
 def timed(fn: Callable[[], object], repeats: int) -> list[float]:

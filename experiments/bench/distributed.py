@@ -28,11 +28,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
-from experiments.bench.common import machine_description, markdown_table, median
+from experiments.bench.common import machine_description, markdown_table, median, run_command
 
 CONFIGS = (  # (label, processes, devices per process, cores per process)
     ("1 process x 1 device", 1, 1, 1),
@@ -168,11 +167,7 @@ def launch(processes: int, devices: int, cpus: int, child_args: list[str], timeo
         "--cpus-per-process", str(cpus), "--timeout", str(timeout), "--",
         sys.executable, "-m", "experiments.bench.distributed", "--child", *child_args,
     ]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout + 60)
-    results = [line.removeprefix("[rank 0] ") for line in proc.stdout.splitlines() if line.startswith("[rank 0] {")]
-    if proc.returncode != 0 or not results:
-        return {"error": f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-3:]}"}
-    return json.loads(results[-1])
+    return run_command(command, timeout + 60, env=env, prefix="[rank 0] ")
 
 
 def throughput(args) -> None:

@@ -18,9 +18,8 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
-from experiments.bench.common import machine_description, markdown_table, median
+from experiments.bench.common import machine_description, markdown_table, median, timed
 from experiments.devices import emulate_cpu_devices
 
 TARGET_OVERHEAD = 0.05
@@ -67,17 +66,15 @@ def main() -> None:
                             mesh=mesh, description=args.task)
         jax.block_until_ready(result.state)
 
-    def timed(fn):
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
+    def once(fn):
+        return timed(fn, 1)[0]
 
-    compile_evolve, compile_run = timed(single_evolve), timed(segmented_run)
+    compile_evolve, compile_run = once(single_evolve), once(segmented_run)
     times = {"evolve": [], "run": []}
     for round_ in range(args.repeats):
         order = [("evolve", single_evolve), ("run", segmented_run)]
         for name, fn in order if round_ % 2 == 0 else order[::-1]:
-            times[name].append(timed(fn))
+            times[name].append(once(fn))
     shutil.rmtree(workdir, ignore_errors=True)
 
     evolve_s, run_s = median(times["evolve"]), median(times["run"])

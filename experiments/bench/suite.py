@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 
+from experiments.bench import common
 from experiments.bench.common import machine_description, markdown_table, median, peak_rss_bytes
 
 IMPLEMENTATIONS = ("es PRNG", "es table", "evosax")
@@ -95,7 +96,7 @@ def _build(spec: dict, generations: int):
 
         noise = es.NoiseTable(size=TABLE_SIZE) if spec["impl"] == "es table" else es.GaussianNoise()
         strategy = es.OpenES(popsize=popsize, sigma=SIGMA, optimizer=optimizer, noise=noise)
-        state = strategy.init(key, params, fitness=fitness if isinstance(fitness, es.StatefulFitness) else None)
+        state = strategy.init(key, params, fitness=fitness)
         run = jax.jit(lambda s: es.evolve(strategy, fitness, s, generations))
         return run.lower(state).compile(), (state,)
 
@@ -163,9 +164,7 @@ def worker(spec: dict) -> None:
             return
 
         def call(program):
-            start = time.perf_counter()
-            jax.block_until_ready(program[0](*program[1]))
-            return time.perf_counter() - start
+            return common.timed(lambda: jax.block_until_ready(program[0](*program[1])), 1)[0]
 
         first_call = call((compiled, args)) + (call(doubled) if doubled else 0.0)
         num_params = sum(x.size for x in jax.tree.leaves(args[0].params if spec["impl"].startswith("es") else args[0].mean))
@@ -301,13 +300,8 @@ def reconstruction_child(dims: list[int]) -> None:
     from es import engine, population
 
     def best_of(fn, repeats=5):
-        fn()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
+        fn()  # warm up (compile)
+        return min(common.timed(fn, repeats))
 
     n = 2**27  # 512 MiB of float32
     source = np.ones(n, np.float32)
@@ -348,18 +342,8 @@ def reconstruction_child(dims: list[int]) -> None:
 
 
 def run_child(args: list[str], env: dict | None = None, timeout: float = 900) -> dict:
-    """Run ``python -m experiments.bench.suite args`` and parse its last JSON line."""
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "experiments.bench.suite", *args],
-            capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-    return json.loads(lines[-1])
+    """Run ``python -m experiments.bench.suite args`` and parse its last JSON line (``{"error": ...}`` if none)."""
+    return common.run_child("experiments.bench.suite", args, timeout=timeout, env=env)
 
 
 # --------------------------------------------------------------------------- report
