@@ -1,10 +1,10 @@
-"""es: OpenAI evolution strategies in JAX.
+"""es: evolution strategies in JAX.
 
 The whole run is compiled, the population is ``shard_map``ped over a device
 mesh, and only fitness scalars cross devices: every perturbation is rebuilt
 from shared keys, so results are bit-identical on any number of devices.
 
-    strategy = es.OpenES(popsize=256, sigma=0.05, optimizer=optax.adam(1e-2))
+    strategy = es.OpenES(popsize=256, sigma=0.05, optimizer=optax.adam(1e-2))   # or es.SNES, es.PGPE, ...
     state = strategy.init(jax.random.key(0), params)
     state, metrics = es.evolve(strategy, fitness_fn, state, 100, mesh=es.make_mesh())
     result = es.run(strategy, fitness_fn, state, 1000, run_dir="runs/x")  # progress, log, checkpoints
@@ -15,22 +15,42 @@ spans every process's devices (``docs/distributed.md``, ``python -m es.launch``)
 """
 
 from es import checkpoint, distributed, shaping
-from es.checkpoint import CheckpointError, load_params
+from es.ask_tell import ask, tell
+from es.checkpoint import CheckpointError, CheckpointWarning, load_params
 from es.collectives import Collective, CollectivesReport, collectives_report, compiled_generation_hlo
-from es.engine import METRIC_NAMES, evolve, generation_step
+from es.engine import EXCHANGE_MODES, METRIC_NAMES, evolve, generation_step
 from es.fitness import StatefulFitness
 from es.mesh import POPULATION_AXIS, make_mesh
 from es.noise import GaussianNoise, NoiseTable
 from es.distributed import is_writer
-from es.runner import RunResult, run
-from es.strategy import OpenES, OpenESState
+from es.runner import RunResult, Segment, run
+from es.seeding import init_from_seed
+from es.optimizers import ClipUpState, clipup
+from es.strategies import (
+    ARS, PGPE, SNES, STRATEGIES, ARSState, OpenES, OpenESState, PGPEState, SepCMAES, SepCMAESState, SNESState,
+)
+from es.strategy import Coefficients, State, Strategy, Sums
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ARS",
+    "ARSState",
+    "PGPE",
+    "PGPEState",
+    "SNES",
+    "SNESState",
+    "SepCMAES",
+    "SepCMAESState",
+    "ask",
+    "tell",
     "CheckpointError",
+    "CheckpointWarning",
+    "ClipUpState",
+    "Coefficients",
     "Collective",
     "CollectivesReport",
+    "EXCHANGE_MODES",
     "GaussianNoise",
     "METRIC_NAMES",
     "NoiseTable",
@@ -38,13 +58,20 @@ __all__ = [
     "OpenESState",
     "POPULATION_AXIS",
     "RunResult",
+    "Segment",
+    "STRATEGIES",
+    "State",
     "StatefulFitness",
+    "Strategy",
+    "Sums",
     "checkpoint",
+    "clipup",
     "collectives_report",
     "compiled_generation_hlo",
     "distributed",
     "evolve",
     "generation_step",
+    "init_from_seed",
     "is_writer",
     "load_params",
     "make_mesh",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -87,19 +88,20 @@ def map_chunks(f: Callable[[Any], Any], xs: Any, batch: int) -> Any:
     return out
 
 
-def sum_in_batches(f: Callable[[Any], jax.Array], xs: Any, batch: int, init: jax.Array) -> jax.Array:
+def sum_in_batches(f: Callable[[Any], Any], xs: Any, batch: int, init: Any) -> Any:
     """``init + sum_k f(xs[k*batch:(k+1)*batch])``, accumulated in a fixed order.
 
     ``xs`` is a pytree of arrays sharing a leading axis; ``f`` maps a chunk of
-    it (leading axis <= ``batch``) to an array shaped like ``init``. The final
+    it (leading axis <= ``batch``) to a pytree shaped like ``init``. The final
     partial chunk, if any, is added last.
     """
     n = _length(xs)
     batch = min(batch, n)
     chunks, rest = _chunked(xs, batch)
-    total, _ = jax.lax.scan(lambda acc, chunk: (acc + f(chunk), None), init, chunks)
+    add = functools.partial(jax.tree.map, jnp.add)
+    total, _ = jax.lax.scan(lambda acc, chunk: (add(acc, f(chunk)), None), init, chunks)
     if n % batch:
-        total = total + f(rest)
+        total = add(total, f(rest))
     return total
 
 

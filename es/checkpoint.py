@@ -6,7 +6,7 @@ mid-write leaves no half checkpoint (the leftover temporary directory is
 removed when the run is reopened; so is an old checkpoint whose deletion,
 to keep only the last n, a kill interrupted). Each holds two orbax items:
 
-- ``arrays``: ``state``, every array of the ``OpenESState`` (PRNG keys as
+- ``arrays``: ``state``, every array of the ``State`` (PRNG keys as
   their raw key data, rebuilt as the same kind of key on restore), and
   ``history``, the per-generation metrics so far, one array per metric with
   leading axis ``generation``;
@@ -31,11 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from es.strategy import OpenESState
+from es.strategy import State
 
 PyTree = Any
 
-FORMAT = "es-checkpoint-1"
+FORMAT = "es-checkpoint-2"  # 2: es.State (params, strategy_state, ...) and the run identity in "config"
 # The fields of a checkpoint's metadata record that ``restore`` reads.
 _META_FIELDS = ("generation", "config", "signature", "history", "sha256", "initial_sha256")
 _KEY_DTYPE_PREFIX = "key<"
@@ -50,12 +50,20 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used: corrupt, or made by another run."""
 
 
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint whose files are unreadable, incomplete or fail their checksum."""
+
+
+class CheckpointWarning(UserWarning):
+    """Resuming from an older checkpoint because the newest one is corrupt."""
+
+
 class Checkpoint(NamedTuple):
     """One restored checkpoint.
 
     Attributes:
       generation: generations completed when it was written.
-      state: the ``OpenESState``, with the structure of the state it was restored into.
+      state: the ``State``, with the structure of the state it was restored into.
       history: metric name -> numpy array ``[generation]``.
       config: the JSON config the run was started with.
       initial_digest: ``state_digest`` of the state the run started from.
@@ -63,7 +71,7 @@ class Checkpoint(NamedTuple):
     """
 
     generation: int
-    state: OpenESState
+    state: State
     history: dict[str, np.ndarray]
     config: Any
     initial_digest: str
@@ -192,7 +200,7 @@ class Checkpointer:
         self._manager.reload()
         return sorted(self._manager.all_steps())
 
-    def save(self, state: OpenESState, history: dict[str, np.ndarray], config: Any, initial_digest: str) -> None:
+    def save(self, state: State, history: dict[str, np.ndarray], config: Any, initial_digest: str) -> None:
         """Start writing a checkpoint of ``state`` (returns once the arrays are copied to the host)."""
         if not self.writer:
             return
@@ -219,17 +227,19 @@ class Checkpointer:
             generation, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta))
         )
 
-    def restore(self, generation: int, like: OpenESState) -> Checkpoint:
+    def restore(self, generation: int, like: State) -> Checkpoint:
         """The checkpoint of ``generation``, rebuilt with the structure of ``like``.
 
-        Raises ``CheckpointError`` if it is unreadable, fails its checksum, or
-        holds a state of another structure, shape or dtype than ``like``.
+        Raises ``CorruptCheckpointError`` if it is unreadable, incomplete or
+        fails its checksum, and ``CheckpointError`` if another version of es
+        wrote it or it holds a state of another structure, shape or dtype than
+        ``like``.
         """
         ocp = self._ocp
         path = self.directory / str(generation)
         try:
             meta = self._manager.restore(generation, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            if not isinstance(meta, dict) or not str(meta.get("format", "")).startswith("es-checkpoint-"):
                 raise ValueError(f"its metadata is not an {FORMAT!r} record")
             missing = [field for field in _META_FIELDS if field not in meta]
             if missing:
@@ -239,9 +249,12 @@ class Checkpointer:
             meta_generation = int(meta["generation"])
             stored_digest, stored_config, initial_digest = meta["sha256"], meta["config"], meta["initial_sha256"]
         except Exception as error:  # orbax, tensorstore and json raise many types
+            raise CorruptCheckpointError(f"checkpoint {path} is corrupt or incomplete: {error}") from error
+        if meta["format"] != FORMAT:
             raise CheckpointError(
-                f"checkpoint {path} is corrupt or incomplete: {error}. {self._advice(generation)}"
-            ) from error
+                f"checkpoint {path} was written by another version of es (format {meta['format']!r}, this version "
+                f"reads {FORMAT!r}); finish that run with the version that started it, or start a new run."
+            )
         expected = signature(like)
         if stored != expected:
             raise CheckpointError(
@@ -263,9 +276,8 @@ class Checkpointer:
                 generation, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(array_targets))
             )["arrays"]
         except Exception as error:
-            raise CheckpointError(
-                f"checkpoint {path} is corrupt or incomplete: its arrays cannot be read ({error}). "
-                f"{self._advice(generation)}"
+            raise CorruptCheckpointError(
+                f"checkpoint {path} is corrupt or incomplete: its arrays cannot be read ({error})"
             ) from error
         arrays = [
             np.asarray(restored["state"][_leaf_name(i)]) if _leaf_name(i) in targets else blank
@@ -277,22 +289,25 @@ class Checkpointer:
         }
         digest = _digest([(e["path"], a) for e, a in zip(stored, arrays)] + sorted(history.items()))
         if digest != stored_digest:
-            raise CheckpointError(
-                f"checkpoint {path} is corrupt: its arrays do not match the checksum written with them. "
-                f"{self._advice(generation)}"
+            raise CorruptCheckpointError(
+                f"checkpoint {path} is corrupt: its arrays do not match the checksum written with them"
             )
         leaves = [_from_host(entry, array) for entry, array in zip(stored, arrays)]
         state = jax.tree.structure(like).unflatten(leaves)
         return Checkpoint(meta_generation, state, history, stored_config, initial_digest, path)
 
-    def _advice(self, generation: int) -> str:
-        earlier = [g for g in self.generations() if g < generation]
-        if earlier:
-            return (
-                f"Move it away (or delete it) to resume from the previous checkpoint "
-                f"(generation {earlier[-1]}) in {self.directory}."
-            )
-        return "No earlier checkpoint exists; start a new run."
+    def quarantine(self, generation: int, destination: pathlib.Path) -> pathlib.Path:
+        """Move the checkpoint of ``generation`` out of the way, to ``destination/<generation>`` (kept, not deleted)."""
+        destination.mkdir(parents=True, exist_ok=True)
+        target = destination / str(generation)
+        suffix = 1
+        while target.exists():
+            suffix += 1
+            target = destination / f"{generation}-{suffix}"
+        shutil.move(str(self.directory / str(generation)), str(target))
+        if self._manager is not None:
+            self._manager.reload()
+        return target
 
     def wait(self) -> None:
         """Block until every checkpoint started so far is on disk."""

@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 from es import engine
 from es.distributed import replicate
 from es.fitness import FitnessRef
-from es.strategy import OpenES, OpenESState
+from es.strategy import State, Strategy
 
 COLLECTIVE_OPS = (
     "all-gather",
@@ -130,31 +130,33 @@ def parse_collectives(hlo_text: str) -> tuple[Collective, ...]:
     return tuple(found)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _one_generation(strategy, fitness, mesh, state):
-    def step(state):
-        noise_aux = strategy.noise.prepare(engine.num_params(state.params))
-        return engine.generation_step(strategy, fitness, mesh, noise_aux, state)
-
-    return engine._shard_replicated(step, mesh)(state)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _one_generation(strategy, fitness, mesh, execution, state):
+    run = functools.partial(engine.run_generations, strategy, fitness, mesh, execution, 1)
+    return engine.shard_replicated(run, mesh)(state)
 
 
 def compiled_generation_hlo(
-    strategy: OpenES, fitness_fn: Callable, state: OpenESState, mesh: Mesh | None = None
+    strategy: Strategy, fitness_fn: Callable, state: State, mesh: Mesh | None = None, **execution
 ) -> str:
-    """Optimised HLO text of one generation of ``strategy`` on ``mesh``."""
-    mesh = engine.check_evolve_args(strategy, fitness_fn, state, 1, mesh)
+    """Optimised HLO text of one generation of ``strategy`` on ``mesh``.
+
+    ``execution``: ``exchange``, ``eval_batch_size``, ``update_batch_size`` as for ``es.evolve``.
+    """
+    mesh, resolved = engine.check_evolve_args(strategy, fitness_fn, state, 1, mesh, **execution)
     state = replicate(state, mesh)
-    lowered = _one_generation.lower(strategy, FitnessRef(fitness_fn), mesh, state)
+    lowered = _one_generation.lower(strategy, FitnessRef(fitness_fn), mesh, resolved, state)
     return lowered.compile().as_text()
 
 
 def collectives_report(
-    strategy: OpenES, fitness_fn: Callable, state: OpenESState, mesh: Mesh | None = None
+    strategy: Strategy, fitness_fn: Callable, state: State, mesh: Mesh | None = None, **execution
 ) -> CollectivesReport:
     """Every cross-device collective of one generation, with the bytes it moves.
 
-    Example::
+    Compiles ``es.evolve``'s program for one generation (``execution``:
+    ``exchange``, ``eval_batch_size``, ``update_batch_size`` as for
+    ``es.evolve``). Example::
 
         report = es.collectives_report(strategy, fitness_fn, state, es.make_mesh(8))
         print(report)            # one all-gather of f32[popsize] in "fitness" mode
@@ -162,5 +164,5 @@ def collectives_report(
 
     On a one-device mesh XLA removes every collective, so the report is empty.
     """
-    hlo = compiled_generation_hlo(strategy, fitness_fn, state, mesh)
+    hlo = compiled_generation_hlo(strategy, fitness_fn, state, mesh, **execution)
     return CollectivesReport(engine.resolve_mesh(mesh).size, parse_collectives(hlo))

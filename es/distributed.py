@@ -36,6 +36,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from es.validation import is_int
+
 PyTree = Any
 
 # Environment variables set by ``python -m es.launch`` (read by ``initialize``).
@@ -224,10 +226,6 @@ def _detected_from_variables(methods) -> tuple[str, int] | None:
     return None
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def _check_explicit(coordinator_address, num_processes, process_id) -> tuple[str, int, int]:
     missing = [
         name
@@ -245,9 +243,9 @@ def _check_explicit(coordinator_address, num_processes, process_id) -> tuple[str
             "environment or the cluster)."
         )
     _check_address(coordinator_address, "coordinator_address")
-    if not _is_int(num_processes) or num_processes < 1:
+    if not is_int(num_processes) or num_processes < 1:
         raise ValueError(f"es.distributed.initialize(num_processes={num_processes!r}): must be an int >= 1.")
-    if not _is_int(process_id) or not 0 <= process_id < num_processes:
+    if not is_int(process_id) or not 0 <= process_id < num_processes:
         raise ValueError(
             f"es.distributed.initialize(process_id={process_id!r}): must be an int in "
             f"[0, {num_processes}) for num_processes={num_processes}."
@@ -298,7 +296,7 @@ def _is_loopback(address: str) -> bool:
 def _check_timeouts(*timeouts) -> None:
     names = ("initialization_timeout", "heartbeat_timeout", "shutdown_timeout")
     for name, value in zip(names, timeouts):
-        if value is not None and (not _is_int(value) or value < 1):
+        if value is not None and (not is_int(value) or value < 1):
             raise ValueError(f"es.distributed.initialize({name}={value!r}): must be a whole number of seconds >= 1.")
 
 

@@ -5,19 +5,21 @@ One generation, as every device runs it inside ``shard_map``::
     device d of n                                   every device
     ------------------------------                  ---------------------------------
     members [d*P/n, (d+1)*P/n)                       fitness f32[P]  (all-gathered)
-      rebuild noise from shared keys        --->     shape -> weights f32[P]
-        (an antithetic pair: one draw)               rebuild all noise in chunks,
-      evaluate fitness_fn (vmap, batched)            summed in one fused loop each
-      local fitness f32[P/n]  ----all-gather---->    gradient f32[D] -> optax step
+      rebuild noise from shared keys        --->     strategy: fitness -> coefficients
+        (an antithetic pair: one draw)               rebuild all noise in chunks:
+      evaluate fitness_fn (vmap, batched)              sums of a_i s_i eps_i, b_i eps_i^2
+      local fitness f32[P/n]  ----all-gather---->    strategy: sums -> new mean, state
 
 Only the ``P`` fitness scalars (plus the per-member statistics of a
 ``StatefulFitness``) cross devices in the default ``exchange="fitness"`` mode.
 Every device then performs the identical update, so the state stays replicated
-and results do not depend on the number of devices.
+and results do not depend on the number of devices. The strategy
+(``es/strategy.py``) supplies only the maths of steps 3 and 5.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable
 
@@ -28,7 +30,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from es import population, shaping
+from es import population, validation
 from es.batching import (
     default_eval_batch_size,
     default_update_batch_size,
@@ -39,10 +41,12 @@ from es.batching import (
 from es.distributed import replicate
 from es.fitness import FitnessRef, StatefulFitness, check_fitness_output
 from es.mesh import resolve_mesh
-from es.strategy import OpenES, OpenESState, check_key, check_params, is_int
+from es.strategy import Coefficients, State, Strategy, Sums
 
 PyTree = Any
 Metrics = dict[str, jax.Array]
+
+EXCHANGE_MODES = ("fitness", "gradient")
 
 METRIC_NAMES = (
     "fitness_mean",  # mean of the generation's valid fitnesses
@@ -51,27 +55,62 @@ METRIC_NAMES = (
     "fitness_min",
     "best_fitness",  # best valid fitness seen so far in the run
     "num_invalid",  # members whose fitness was NaN or +-inf (int32)
-    "grad_norm",  # L2 norm of the gradient estimate g (before weight decay)
-    "update_norm",  # L2 norm of the optimizer's update
+    "grad_norm",  # L2 norm of the strategy's ascent direction for the mean
+    "update_norm",  # L2 norm of the change it made to the mean
     "params_norm",  # L2 norm of the mean after the update
-    "sigma",  # perturbation scale used this generation
+    "sigma",  # mean perturbation scale used this generation (over coordinates)
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How a run executes (static; resolved by ``check_evolve_args``).
+
+    Attributes:
+      exchange: ``"fitness"`` (only fitnesses cross devices; every device
+        rebuilds every member's noise for the update; bit-identical on any
+        device count) or ``"gradient"`` (each device sums its own members and
+        the params-sized sums are all-reduced; rounding depends on the device
+        count).
+      eval_batch_size: members evaluated together by one vmapped call.
+      update_batch_size: noise vectors rebuilt per step of the sums.
+    """
+
+    exchange: str
+    eval_batch_size: int
+    update_batch_size: int
+
+    def identity(self, num_devices: int) -> dict:
+        """What of the execution determines a run's results (JSON): a resume must not change it.
+
+        The batch sizes fix the shapes and the summation order. The device
+        count matters only for ``"gradient"``, whose all-reduce rounds by device.
+        """
+        identity = {"eval_batch_size": self.eval_batch_size, "update_batch_size": self.update_batch_size}
+        if self.exchange == "gradient":
+            identity["gradient_exchange_devices"] = num_devices
+        return identity
+
+
 def evolve(
-    strategy: OpenES,
+    strategy: Strategy,
     fitness_fn: Callable,
-    state: OpenESState,
+    state: State,
     num_generations: int,
     mesh: Mesh | None = None,
-) -> tuple[OpenESState, Metrics]:
+    *,
+    exchange: str = "fitness",
+    eval_batch_size: int | None = None,
+    update_batch_size: int | None = None,
+) -> tuple[State, Metrics]:
     """Run ``num_generations`` generations of ``strategy`` from ``state``.
 
     Pure: may be called under ``jax.jit``. Calling it again continues the run;
     two calls of ``n`` generations equal one call of ``2n`` bit for bit.
 
     Args:
-      strategy: an ``es.OpenES``.
+      strategy: ``es.OpenES``, ``es.SNES``, ``es.PGPE``, ``es.ARS``,
+        ``es.SepCMAES`` or your own ``es.Strategy``.
       fitness_fn: ``(params, key) -> scalar`` for one member (or an
         ``es.StatefulFitness``); higher is better when ``strategy.maximize``.
       state: from ``strategy.init`` or a previous ``evolve``.
@@ -79,6 +118,22 @@ def evolve(
       mesh: the devices to shard the population over (``es.make_mesh()``,
         which spans every process after ``es.distributed.initialize``);
         ``None`` runs on this process's default device.
+      exchange: ``"fitness"`` (default) or ``"gradient"``; see ``Execution``
+        and docs/design.md.
+      eval_batch_size: members each device evaluates together in one vmapped
+        micro-batch (devices loop over their share in such batches). It must
+        be the same on every mesh for results to be bit-identical across
+        device counts. ``None``: the largest divisor of ``popsize / 8`` (so it
+        divides every device's share on 1, 2, 4 or 8 devices) whose
+        perturbations fit in ``2**19`` floats (2 MiB), even with antithetic
+        sampling so that pairs share one noise draw. For meshes of more than
+        8 devices set it to at most ``popsize // num_devices``.
+      update_batch_size: noise vectors rebuilt per step when forming the sums
+        (one fused loop; nothing is stored). ``None``: ``max(16, 2**19 //
+        num_params)``, at most ``2**24 // num_params``.
+
+    Peak memory is ``O((eval_batch_size + update_batch_size) * num_params)``,
+    independent of popsize.
 
     Returns:
       ``(state, metrics)``: the new state, replicated on the mesh, and a dict
@@ -86,18 +141,20 @@ def evolve(
       On a mesh spanning processes both are global arrays that every process
       can read (``np.asarray``, ``es.distributed.fetch``).
     """
-    mesh = check_evolve_args(strategy, fitness_fn, state, num_generations, mesh)
+    mesh, execution = check_evolve_args(
+        strategy, fitness_fn, state, num_generations, mesh, exchange, eval_batch_size, update_batch_size
+    )
     state = replicate(state, mesh)
-    return _evolve_compiled(strategy, FitnessRef(fitness_fn), mesh, int(num_generations), state)
+    return _evolve_compiled(strategy, FitnessRef(fitness_fn), mesh, execution, int(num_generations), state)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _evolve_compiled(strategy, fitness, mesh, num_generations, state):
-    run = functools.partial(_run_generations, strategy, fitness, mesh, num_generations)
-    return _shard_replicated(run, mesh)(state)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _evolve_compiled(strategy, fitness, mesh, execution, num_generations, state):
+    run = functools.partial(run_generations, strategy, fitness, mesh, execution, num_generations)
+    return shard_replicated(run, mesh)(state)
 
 
-def _shard_replicated(fn: Callable, mesh: Mesh) -> Callable:
+def shard_replicated(fn: Callable, mesh: Mesh) -> Callable:
     """``fn`` run once per device of ``mesh``, inputs and outputs replicated.
 
     ``check_vma=False``: user fitness functions (e.g. gymnax rollouts) contain
@@ -108,116 +165,73 @@ def _shard_replicated(fn: Callable, mesh: Mesh) -> Callable:
     return jax.shard_map(fn, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)
 
 
-def _run_generations(strategy, fitness, mesh, num_generations, state):
+def run_generations(strategy, fitness, mesh, execution, num_generations, state):
+    """``num_generations`` generations in a ``lax.scan`` (inside the ``shard_map``)."""
     noise_aux = strategy.noise.prepare(num_params(state.params))
-    step = functools.partial(generation_step, strategy, fitness, mesh, noise_aux)
+    step = functools.partial(generation_step, strategy, fitness, mesh, execution, noise_aux)
     return jax.lax.scan(lambda s, _: step(s), state, length=num_generations)
 
 
 def generation_step(
-    strategy: OpenES, fitness: FitnessRef, mesh: Mesh, noise_aux: Any, state: OpenESState
-) -> tuple[OpenESState, Metrics]:
+    strategy: Strategy, fitness: Any, mesh: Mesh, execution: Execution, noise_aux: Any, state: State
+) -> tuple[State, Metrics]:
     """One generation on one device (the body of the ``shard_map``).
 
     Its phases run under ``jax.named_scope``s (``es_evaluate``, ``es_noise``,
     ``es_fitness``, ``es_exchange``, ``es_update``, ``es_optimizer``) that
     profiles and HLO dumps show (``experiments/bench/profile.py``).
+    ``fitness`` is an adapter with ``evaluate(population, members,
+    fitness_state, pairs)``: ``FitnessRef`` for a fitness function, or the
+    given values of ``es.tell``.
     """
-    axes = mesh.axis_names
-    flat, unravel = ravel_pytree(state.params)
-    dim = flat.shape[0]
-    eval_batch = strategy.eval_batch_size or default_eval_batch_size(strategy.popsize, dim, strategy.antithetic)
-    update_batch = strategy.update_batch_size or default_update_batch_size(dim)
-    sigma = strategy.sigma_at(state.generation)
-    gen_key = population.generation_key(state.key, state.generation)
-    perturb = functools.partial(_perturb, flat, unravel, sigma)
+    members = this_generation(strategy, noise_aux, state)
+    local_size = strategy.popsize // mesh.size
+    local_members = index_range(jax.lax.axis_index(mesh.axis_names) * local_size, local_size)
+    batch = execution.eval_batch_size
 
     # 1. Evaluate this device's members, rebuilding their noise from shared keys.
-    local_size = strategy.popsize // mesh.size
-    local_members = index_range(jax.lax.axis_index(axes) * local_size, local_size)
     with jax.named_scope("es_evaluate"):
-        local_fitness, local_stats = evaluate_members(
-            strategy,
-            fitness,
-            noise_aux,
-            gen_key,
-            (flat, unravel, sigma),
-            state.fitness_state,
-            local_members,
-            eval_batch,
-            pairs=evaluates_pairs(strategy, local_size, eval_batch),
+        pairs = evaluates_pairs(strategy, local_size, batch)
+        local_fitness, local_stats = map_chunks(
+            lambda chunk: fitness.evaluate(members, chunk, state.fitness_state, pairs), local_members, batch
         )
 
     # 2. Exchange: popsize fitness scalars (and per-member stats) cross devices.
     with jax.named_scope("es_exchange"):
-        all_fitness, all_stats = jax.lax.all_gather((local_fitness, local_stats), axes, tiled=True)
+        all_fitness, all_stats = jax.lax.all_gather((local_fitness, local_stats), mesh.axis_names, tiled=True)
         # The barrier keeps XLA from fusing what follows into the (device-count
         # dependent) evaluation, so the update compiles the same on every mesh.
         all_fitness, all_stats = jax.lax.optimization_barrier((all_fitness, all_stats))
 
-    # 3. Shape fitnesses into weights (identical on every device).
-    weights, valid = shaping.shape_fitness(all_fitness, strategy.fitness_shaping, strategy.maximize)
+    # 3. Shape: the strategy turns the fitnesses into per-member coefficients.
+    coefficients = strategy.coefficients(state.strategy_state, all_fitness)
 
-    # 4. Rebuild the perturbations in chunks to form the gradient estimate g.
+    # 4. Rebuild the sums it asks for from the shared keys, in chunks.
     with jax.named_scope("es_update"):
-        weighted_noise = _weighted_noise_sum(
-            strategy, noise_aux, gen_key, weights, local_members, dim, update_batch
-        )
-        if strategy.exchange == "gradient":
+        summed = jnp.arange(strategy.popsize, dtype=jnp.int32) if execution.exchange == "fitness" else local_members
+        sums = rebuild_sums(members, coefficients, summed, execution.update_batch_size)
+        if execution.exchange == "gradient":
             with jax.named_scope("es_exchange"):
-                weighted_noise = jax.lax.psum(weighted_noise, axes)
-        grad = weighted_noise / (strategy.popsize * sigma)
-        grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
+                sums = jax.lax.psum(sums, mesh.axis_names)
 
-    # 5. Optimizer step on -g (optax minimises) plus L2 weight decay.
+    # 5. The strategy's update (skipped without a valid member, or if it is not finite).
     with jax.named_scope("es_optimizer"):
-        loss_grad = -grad + strategy.weight_decay * flat.astype(jnp.float32)
-        updates, opt_state = strategy.optimizer.update(
-            unravel(loss_grad.astype(flat.dtype)), state.opt_state, state.params
-        )
-        params = optax.apply_updates(state.params, updates)
+        params, strategy_state, step_metrics = strategy.update(state, coefficients, sums)
+        any_valid = jnp.any(jnp.isfinite(all_fitness))
+        params, strategy_state = keep_if_finite((params, strategy_state), (state.params, state.strategy_state), any_valid)
 
-    def member_params(member):
-        index = population.noise_index(member, strategy.antithetic)
-        eps = strategy.noise.sample(noise_aux, population.noise_key(gen_key, index), dim)
-        return perturb(population.noise_sign(member, strategy.antithetic), eps)
-
-    best_params, best_fitness = _track_best(strategy, state, all_fitness, valid, member_params)
-    fitness_state = state.fitness_state
-    if fitness.stateful:
-        fitness_state = fitness.fn.update(fitness_state, all_stats)
-    new_state = OpenESState(
-        params=params,
-        opt_state=opt_state,
-        key=state.key,
-        generation=state.generation + 1,
-        best_params=best_params,
-        best_fitness=best_fitness,
-        fitness_state=fitness_state,
-    )
-    metrics = {
-        **_fitness_metrics(all_fitness, valid),
-        "best_fitness": best_fitness,
-        "grad_norm": jnp.linalg.norm(grad),
-        "update_norm": optax.tree.norm(updates),
-        "params_norm": optax.tree.norm(params),
-        "sigma": sigma,
-    }
-    return new_state, {name: metrics[name] for name in METRIC_NAMES}
+    return record(strategy, fitness, members, state, all_fitness, all_stats, params, strategy_state, step_metrics)
 
 
-def _perturb(flat, unravel, sigma, sign, eps):
-    """The params pytree ``theta + sigma * sign * eps`` (``sign`` is +1 or -1)."""
-    return unravel((flat.astype(jnp.float32) + sigma * sign * eps).astype(flat.dtype))
+def this_generation(strategy: Strategy, noise_aux: Any, state: State) -> population.Generation:
+    """The members of the generation that ``state`` is about to run (rebuilt on demand)."""
+    flat, unravel = ravel_pytree(state.params)
+    scale = strategy.scale(state.strategy_state, state.generation)
+    gen_key = population.generation_key(state.key, state.generation)
+    return population.Generation(strategy.noise, noise_aux, gen_key, flat, unravel, scale, strategy.antithetic)
 
 
-def _noise_vectors(strategy, noise_aux, gen_key, indices, dim):
-    """float32[len(indices), dim]: the noise vectors with those indices."""
-    keys = jax.vmap(population.noise_key, in_axes=(None, 0))(gen_key, indices)
-    return jax.vmap(strategy.noise.sample, in_axes=(None, 0, None))(noise_aux, keys, dim)
-
-
-def evaluates_pairs(strategy: OpenES, num_members: int, batch: int) -> bool:
+def evaluates_pairs(strategy: Strategy, num_members: int, batch: int) -> bool:
     """Whether ``num_members`` members (from an even index) are evaluated pair by pair.
 
     True when every micro-batch holds whole antithetic pairs and the noise
@@ -234,61 +248,67 @@ def evaluates_pairs(strategy: OpenES, num_members: int, batch: int) -> bool:
     )
 
 
-def evaluate_members(strategy, fitness, noise_aux, gen_key, mean, fitness_state, members, batch, pairs):
-    """``(fitness float32[n], stats)`` of the consecutive ``members``.
+def rebuild_sums(members: population.Generation, coefficients: Coefficients, summed: jax.Array, batch: int) -> Sums:
+    """``Sums`` over the consecutive members ``summed``, accumulated chunk by chunk in member order.
 
-    ``mean`` is ``(flat, unravel, sigma)``: the raveled mean, its unravel
-    function and this generation's sigma. Members are evaluated ``batch`` at
-    a time by one vmapped call of the fitness function, whose shape is the
-    same on every mesh. ``pairs`` (see ``evaluates_pairs``; needs ``members``
-    to start at an even index) draws each antithetic pair's noise once; the
-    results are identical.
+    With antithetic pairs (``summed`` of even length from an even index) each
+    noise vector is rebuilt once: pair ``j`` contributes ``(a_2j - a_2j+1) *
+    eps_j`` and ``(b_2j + b_2j+1) * eps_j**2``.
     """
-    antithetic = strategy.antithetic
-    perturb = functools.partial(_perturb, *mean)
-    dim = mean[0].shape[0]
-    evaluate = jax.vmap(fitness.evaluate, in_axes=(0, 0, None))
-
-    def evaluate_chunk(chunk):
-        if pairs:  # chunk = (2j, 2j+1, 2j+2, ...): one draw per pair
-            eps = _noise_vectors(strategy, noise_aux, gen_key, population.noise_index(chunk[0::2], True), dim)
-            eps = jnp.broadcast_to(eps[:, None], (eps.shape[0], 2, dim)).reshape(chunk.shape[0], dim)
-        else:
-            eps = _noise_vectors(strategy, noise_aux, gen_key, population.noise_index(chunk, antithetic), dim)
-        params = jax.vmap(perturb)(population.noise_sign(chunk, antithetic), eps)
-        keys = jax.vmap(population.eval_key, in_axes=(None, 0))(gen_key, chunk)
-        with jax.named_scope("es_fitness"):
-            return evaluate(params, keys, fitness_state)
-
-    return map_chunks(evaluate_chunk, members, batch)
-
-
-def _weighted_noise_sum(strategy, noise_aux, gen_key, weights, local_members, dim, batch):
-    """``sum_i w_i * sign_i * eps_i`` (float32[dim]) over the members this device sums.
-
-    ``exchange="fitness"``: all members, grouped by noise vector (an antithetic
-    pair contributes ``(w_+ - w_-) * eps_j``). ``exchange="gradient"``: only
-    this device's members; the caller all-reduces the result.
-    """
-    antithetic = strategy.antithetic
-    if strategy.exchange == "fitness":
-        members = jnp.arange(strategy.popsize, dtype=jnp.int32)
+    linear, square = coefficients
+    antithetic = members.antithetic
+    if antithetic and summed.shape[0] % 2 == 0:
+        first, second = summed[0::2], summed[1::2]
+        linear = linear[first] - linear[second]
+        square = None if square is None else square[first] + square[second]
+        indices = population.noise_index(first, antithetic)
     else:
-        members = local_members
-    if antithetic and members.shape[0] % 2 == 0:
-        # Members come in whole pairs (2j, 2j + 1): one noise vector per pair.
-        coefs = weights[members[0::2]] - weights[members[1::2]]
-        indices = population.noise_index(members[0::2], antithetic)
-    else:
-        coefs = weights[members] * population.noise_sign(members, antithetic)
-        indices = population.noise_index(members, antithetic)
+        linear = linear[summed] * population.noise_sign(summed, antithetic)
+        square = None if square is None else square[summed]
+        indices = population.noise_index(summed, antithetic)
 
-    def chunk_sum(chunk):
-        chunk_coefs, chunk_indices = chunk
-        keys = jax.vmap(population.noise_key, in_axes=(None, 0))(gen_key, chunk_indices)
-        return strategy.noise.weighted_sum(noise_aux, keys, chunk_coefs, dim)
+    def chunk_sums(chunk):
+        chunk_linear, chunk_square, chunk_indices = chunk
+        keys = jax.vmap(population.noise_key, in_axes=(None, 0))(members.key, chunk_indices)
+        return members.noise.sums(members.aux, keys, chunk_linear, chunk_square, members.dim)
 
-    return sum_in_batches(chunk_sum, (coefs, indices), batch, jnp.zeros((dim,), jnp.float32))
+    zeros = jnp.zeros((members.dim,), jnp.float32)
+    init = (zeros, None if square is None else zeros)
+    return Sums(*sum_in_batches(chunk_sums, (linear, square, indices), batch, init))
+
+
+def keep_if_finite(new: PyTree, old: PyTree, accept: jax.Array) -> PyTree:
+    """``new`` if ``accept`` and every float in it is finite, else ``old`` (a NaN/inf never enters the state)."""
+    floats = [x for x in jax.tree.leaves(new) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    keep = functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(x)) for x in floats], accept)
+    return jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, old)
+
+
+def record(strategy, fitness, members, state, all_fitness, all_stats, params, strategy_state, step_metrics):
+    """The next ``State`` (best member, fitness state) and this generation's metrics."""
+    valid = jnp.isfinite(jnp.asarray(all_fitness, jnp.float32))
+    best_params, best_fitness = _track_best(strategy, state, all_fitness, valid, members.member)
+    fitness_state = state.fitness_state
+    if fitness.stateful:
+        fitness_state = fitness.fn.update(fitness_state, all_stats)
+    new_state = State(
+        params=params,
+        strategy_state=strategy_state,
+        key=state.key,
+        generation=state.generation + 1,
+        best_params=best_params,
+        best_fitness=best_fitness,
+        fitness_state=fitness_state,
+    )
+    metrics = {
+        **_fitness_metrics(all_fitness, valid),
+        "best_fitness": best_fitness,
+        "grad_norm": step_metrics["grad_norm"],
+        "update_norm": step_metrics["update_norm"],
+        "params_norm": optax.tree.norm(params),
+        "sigma": jnp.mean(members.scale),
+    }
+    return new_state, {name: jnp.asarray(metrics[name]) for name in METRIC_NAMES}
 
 
 def _track_best(strategy, state, all_fitness, valid, member_params):
@@ -329,15 +349,21 @@ def num_params(params: PyTree) -> int:
 # --------------------------------------------------------------------------- checks
 
 
-def check_evolve_args(strategy, fitness_fn, state, num_generations, mesh) -> Mesh:
-    """Validate ``evolve``'s arguments before any compilation; return the mesh to use."""
-    if not isinstance(strategy, OpenES):
-        raise TypeError(f"strategy must be an es.OpenES, got {type(strategy).__name__}.")
+def check_evolve_args(
+    strategy, fitness_fn, state, num_generations, mesh, exchange="fitness", eval_batch_size=None,
+    update_batch_size=None,
+) -> tuple[Mesh, Execution]:
+    """Validate ``evolve``'s arguments before any compilation; return the mesh and the execution."""
+    if not isinstance(strategy, Strategy):
+        raise TypeError(
+            f"strategy must be an es strategy (es.OpenES, es.SNES, es.PGPE, es.ARS, es.SepCMAES), "
+            f"got {type(strategy).__name__}."
+        )
     if not callable(fitness_fn):
         raise TypeError(
             f"fitness_fn must be callable as fitness_fn(params, key) -> scalar, got {type(fitness_fn).__name__}."
         )
-    if not is_int(num_generations):
+    if not validation.is_int(num_generations):
         raise TypeError(
             f"num_generations must be a Python int (it is the static scan length), got {num_generations!r}."
         )
@@ -354,55 +380,36 @@ def check_evolve_args(strategy, fitness_fn, state, num_generations, mesh) -> Mes
     check_fitness_output(fitness_fn, state.params, state.key, state.fitness_state)
     dim = num_params(state.params)
     strategy.noise.check(dim)
-    if callable(strategy.fitness_shaping):
-        out = jax.eval_shape(strategy.fitness_shaping, jax.ShapeDtypeStruct((strategy.popsize,), jnp.float32))
-        if getattr(out, "shape", None) != (strategy.popsize,):
-            raise TypeError(
-                f"fitness_shaping callable must map float32[{strategy.popsize}] to float32[{strategy.popsize}], "
-                f"got {jax.tree.map(lambda x: x.shape, out)}."
-            )
-    if callable(strategy.sigma):
-        check_sigma_schedule(strategy)
-    return mesh
+    strategy.check_run(dim)
+    execution = resolve_execution(strategy, dim, exchange, eval_batch_size, update_batch_size)
+    return mesh, execution
 
 
-def check_sigma_schedule(strategy: OpenES) -> None:
-    """Raise ``TypeError`` unless ``strategy.sigma`` maps an int32 scalar generation to a float scalar."""
-    fix = "a schedule must return one float per generation, e.g. optax.exponential_decay(0.1, 100, 0.5)"
-    try:
-        out = jax.eval_shape(strategy.sigma_at, jax.ShapeDtypeStruct((), jnp.int32))
-    except Exception as error:  # whatever tracing the user's schedule raises
-        raise TypeError(
-            f"OpenES(sigma={strategy.sigma!r}): calling the sigma schedule on an int32 scalar generation "
-            f"failed ({type(error).__name__}: {error}); {fix}."
-        ) from error
-    if out.shape != () or not jnp.issubdtype(out.dtype, jnp.floating):
-        raise TypeError(
-            f"OpenES(sigma={strategy.sigma!r}): the sigma schedule returns {out.dtype}{list(out.shape)} for an "
-            f"int32 scalar generation, not a float scalar; {fix}."
-        )
+def resolve_execution(strategy, dim, exchange, eval_batch_size, update_batch_size) -> Execution:
+    """The ``Execution`` of a run: ``exchange`` checked, automatic batch sizes filled in."""
+    validation.check_choice("es.evolve", "exchange", exchange, EXCHANGE_MODES)
+    eval_batch_size = validation.check_optional_int("es.evolve", "eval_batch_size", eval_batch_size)
+    update_batch_size = validation.check_optional_int("es.evolve", "update_batch_size", update_batch_size)
+    return Execution(
+        exchange=exchange,
+        eval_batch_size=eval_batch_size or default_eval_batch_size(strategy.popsize, dim, strategy.antithetic),
+        update_batch_size=update_batch_size or default_update_batch_size(dim),
+    )
 
 
-def _abstract(tree: PyTree) -> PyTree:
-    return jax.tree.map(lambda x: (tuple(jnp.shape(x)), jnp.result_type(x)), tree)
-
-
-def check_state(strategy: OpenES, fitness_fn, state) -> None:
+def check_state(strategy: Strategy, fitness_fn, state) -> None:
     """Raise ``ValueError``/``TypeError`` unless ``state`` belongs to ``strategy``."""
-    if not isinstance(state, OpenESState):
-        raise TypeError(
-            f"state must be an es.OpenESState from strategy.init(key, params), got {type(state).__name__}."
-        )
-    check_params(state.params, "state.params")
-    check_key(state.key)
-    expected = jax.eval_shape(strategy.optimizer.init, state.params)
-    if jax.tree.structure(expected) != jax.tree.structure(state.opt_state) or _abstract(
-        expected
-    ) != _abstract(state.opt_state):
+    if not isinstance(state, State):
+        raise TypeError(f"state must be an es.State from strategy.init(key, params), got {type(state).__name__}.")
+    validation.check_params(state.params, "state.params")
+    validation.check_key(state.key)
+    expected = jax.eval_shape(strategy.initial_state, state.params)
+    difference = validation.tree_difference(state.strategy_state, expected)
+    if difference is not None:
         raise ValueError(
-            "state.opt_state does not match strategy.optimizer: the state was made by a different "
-            "strategy (another optimizer) or for other params. Create it with "
-            "strategy.init(key, params) using this strategy."
+            f"state.strategy_state does not match this {type(strategy).__name__} for state.params: {difference}. "
+            "The state was made by a different strategy (another kind, optimizer or settings) or for other "
+            "params. Create it with strategy.init(key, params) using this strategy."
         )
     if jax.tree.structure(state.best_params) != jax.tree.structure(state.params):
         raise ValueError("state.best_params does not match state.params; create the state with strategy.init.")
@@ -412,10 +419,8 @@ def check_state(strategy: OpenES, fitness_fn, state) -> None:
             "fitness_fn is a StatefulFitness but state.fitness_state is None; create the state with "
             "strategy.init(key, params, fitness=fitness_fn)."
         )
-    if stateful:
-        expected_fs = jax.eval_shape(fitness_fn.init)
-        if jax.tree.structure(expected_fs) != jax.tree.structure(state.fitness_state):
-            raise ValueError(
-                "state.fitness_state does not match fitness_fn.init(); create the state with "
-                "strategy.init(key, params, fitness=fitness_fn)."
-            )
+    if stateful and jax.tree.structure(jax.eval_shape(fitness_fn.init)) != jax.tree.structure(state.fitness_state):
+        raise ValueError(
+            "state.fitness_state does not match fitness_fn.init(); create the state with "
+            "strategy.init(key, params, fitness=fitness_fn)."
+        )

@@ -19,6 +19,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from es import population
+
 PyTree = Any
 
 
@@ -70,13 +72,38 @@ class FitnessRef:
     def __eq__(self, other) -> bool:
         return isinstance(other, FitnessRef) and self._key == other._key
 
-    def evaluate(self, params: PyTree, key: jax.Array, fitness_state: PyTree):
+    def evaluate_one(self, params: PyTree, key: jax.Array, fitness_state: PyTree):
         """``(fitness float32[], stats)`` of one member."""
         if self.stateful:
             fitness, stats = self.fn.evaluate(params, key, fitness_state)
         else:
             fitness, stats = self.fn(params, key), ()
         return jnp.asarray(fitness, jnp.float32), stats
+
+    def evaluate(self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
+        """``(fitness float32[len(chunk)], stats)`` of the members ``chunk``, by one vmapped call."""
+        params = members.members(chunk, pairs)
+        keys = jax.vmap(population.eval_key, in_axes=(None, 0))(members.key, chunk)
+        with jax.named_scope("es_fitness"):
+            return jax.vmap(self.evaluate_one, in_axes=(0, 0, None))(params, keys, fitness_state)
+
+
+class GivenFitness:
+    """The fitness adapter of ``es.tell``: the fitnesses are given, evaluation reads them.
+
+    Holds ``values`` (float32[popsize], traced), so it lives only inside the
+    compiled ``tell``; the engine then runs the same generation step as
+    ``es.evolve``, whose member params, unused, are never built.
+    """
+
+    stateful = False
+
+    def __init__(self, values: jax.Array):
+        self.values = values
+
+    def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
+        del members, fitness_state, pairs
+        return self.values[chunk], ()
 
 
 def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):

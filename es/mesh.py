@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 from jax.sharding import Mesh
 
-from es.strategy import is_int
+from es.validation import is_int
 
 POPULATION_AXIS = "population"
 
@@ -16,7 +16,7 @@ EMULATE_HINT = (
 )
 
 
-def make_mesh(num_devices: int | None = None) -> Mesh:
+def make_mesh(num_devices: int | None = None, popsize: int | None = None) -> Mesh:
     """A 1-D mesh (axis ``"population"``) over ``num_devices`` devices.
 
     Single process: the first ``num_devices`` of ``jax.devices()``. After
@@ -25,9 +25,15 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     num_processes`` devices of each process, in process order, so that every
     process takes part (all processes must call ``evolve`` alike).
 
-    ``None`` uses every device (of every process).
+    ``num_devices=None`` uses every device (of every process); with
+    ``popsize`` it uses the most devices that divide ``popsize`` and are a
+    multiple of the number of processes (every process takes part), and a
+    given ``num_devices`` must divide ``popsize``. This is the mesh policy of
+    ``python -m experiments.train`` (``run.num_devices``).
     """
     devices = jax.devices()
+    if popsize is not None:
+        num_devices = _devices_for(popsize, num_devices, len(devices))
     if num_devices is None:
         num_devices = len(devices)
     if not is_int(num_devices):
@@ -40,6 +46,27 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
             f"{devices[0].platform.upper()} device(s) are available. {EMULATE_HINT}"
         )
     return jax.make_mesh((int(num_devices),), (POPULATION_AXIS,), devices=_mesh_devices(devices, int(num_devices)))
+
+
+def _devices_for(popsize, num_devices, available: int) -> int:
+    """The device count for ``popsize`` members (see ``make_mesh``)."""
+    if not is_int(popsize) or popsize < 1:
+        raise ValueError(f"make_mesh(popsize={popsize!r}): popsize must be a positive int or None.")
+    processes = jax.process_count()
+    if num_devices is None:
+        counts = [n for n in range(processes, available + 1, processes) if popsize % n == 0]
+        if not counts:
+            raise ValueError(
+                f"make_mesh(popsize={popsize}): the population cannot be split over the {processes} processes of "
+                f"this run; use a popsize divisible by {processes}, or fewer processes."
+            )
+        return max(counts)
+    if is_int(num_devices) and num_devices >= 1 and popsize % num_devices:
+        raise ValueError(
+            f"make_mesh(num_devices={num_devices}, popsize={popsize}): popsize is not divisible by num_devices; "
+            f"use a popsize that is a multiple of {num_devices}, or another device count."
+        )
+    return num_devices
 
 
 def _mesh_devices(devices: list, num_devices: int) -> list:

@@ -7,9 +7,11 @@ A noise source is a small frozen (hashable) config object with four methods
 - ``prepare(dim) -> aux``: traced once per ``evolve`` call on every device,
   builds whatever the source needs (nothing, or the noise table);
 - ``sample(aux, key, dim) -> float32[dim]``: the perturbation for one noise key;
-- ``weighted_sum(aux, keys, coefs, dim) -> float32[dim]``: ``sum_b coefs[b] *
-  sample(aux, keys[b], dim)``, computed the cheapest way the source allows
-  (without materialising the ``[b, dim]`` perturbations where possible);
+- ``sums(aux, keys, linear, square, dim) -> (float32[dim], float32[dim] | None)``:
+  ``sum_b linear[b] * eps_b`` and, unless ``square`` is ``None``,
+  ``sum_b square[b] * eps_b**2``, with ``eps_b = sample(aux, keys[b], dim)``,
+  computed the cheapest way the source allows (one pass over the noise,
+  without materialising the ``[b, dim]`` perturbations where possible);
 
 and a class attribute ``pairs_share_draws``: whether an antithetic pair should
 draw its vector once and use it with both signs during evaluation.
@@ -149,11 +151,14 @@ class GaussianNoise:
         with jax.named_scope("es_noise"):
             return standard_normal(key, dim)
 
-    def weighted_sum(self, aux: None, keys: jax.Array, coefs: jax.Array, dim: int) -> jax.Array:
-        """``sum_b coefs[b] * eps_b`` as one fused reduction (the noise is never stored)."""
+    def sums(self, aux: None, keys: jax.Array, linear: jax.Array, square: jax.Array | None, dim: int):
+        """``sum_b linear[b] * eps_b`` (and ``square[b] * eps_b**2``), fused reductions of one draw."""
         eps = jax.vmap(self.sample, in_axes=(None, 0, None))(aux, keys, dim)
         with jax.named_scope("es_noise"):
-            return jnp.sum(coefs[:, None] * eps, axis=0)
+            total = jnp.sum(linear[:, None] * eps, axis=0)
+            if square is None:
+                return total, None
+            return total, jnp.sum(square[:, None] * (eps * eps), axis=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,19 +220,26 @@ class NoiseTable:
         with jax.named_scope("es_noise"):
             return lax.dynamic_slice(aux, (self.offset(key, dim),), (dim,))
 
-    def weighted_sum(self, aux: jax.Array, keys: jax.Array, coefs: jax.Array, dim: int) -> jax.Array:
-        """``sum_b coefs[b] * table[o_b : o_b + dim]``, one slice at a time, in order.
+    def sums(self, aux: jax.Array, keys: jax.Array, linear: jax.Array, square: jax.Array | None, dim: int):
+        """``sum_b linear[b] * table[o_b : o_b + dim]`` (and ``square[b] * slice**2``), one slice at a time.
 
-        A loop of fused ``acc + c * slice`` steps: it streams the table once
-        and never materialises the ``[b, dim]`` slices.
+        A loop of fused ``acc + c * slice`` steps, in order: it streams the
+        table once and never materialises the ``[b, dim]`` slices.
         """
         with jax.named_scope("es_noise"):
             offsets = jax.vmap(self.offset, in_axes=(0, None))(keys, dim)
+            zeros = jnp.zeros((dim,), jnp.float32)
 
             def add_slice(b, acc):
-                return acc + coefs[b] * lax.dynamic_slice(aux, (offsets[b],), (dim,))
+                eps = lax.dynamic_slice(aux, (offsets[b],), (dim,))
+                if square is None:
+                    return acc + linear[b] * eps
+                return acc[0] + linear[b] * eps, acc[1] + square[b] * (eps * eps)
 
-            return lax.fori_loop(0, coefs.shape[0], add_slice, jnp.zeros((dim,), jnp.float32))
+            if square is None:
+                return lax.fori_loop(0, linear.shape[0], add_slice, zeros), None
+            return lax.fori_loop(0, linear.shape[0], add_slice, (zeros, zeros))
 
 
 NOISE_SOURCES = (GaussianNoise, NoiseTable)
+NoiseSource = GaussianNoise | NoiseTable

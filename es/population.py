@@ -47,3 +47,56 @@ def noise_key(gen_key: jax.Array, index: jax.Array) -> jax.Array:
 def eval_key(gen_key: jax.Array, member: jax.Array) -> jax.Array:
     """Key passed to ``fitness_fn`` for member ``member``."""
     return jax.random.fold_in(jax.random.fold_in(gen_key, _EVAL_STREAM), member)
+
+
+class Generation:
+    """One generation's population, rebuilt on demand from shared keys (never stored).
+
+    Member ``i`` is ``mean + scale * noise_sign(i) * eps_{noise_index(i)}``,
+    built in float32 and cast to the params' dtype. ``scale`` is a float32
+    scalar or ``float32[D]``. Used inside traced code only (it holds the
+    ``unravel`` function of ``ravel_pytree``).
+
+    Args:
+      noise: the strategy's noise source; ``aux`` what its ``prepare`` built.
+      key: this generation's key (``generation_key``).
+      flat, unravel: the raveled mean and its unravel function.
+      scale: the strategy's ``scale`` this generation.
+      antithetic: whether members come in ``+/-`` pairs.
+    """
+
+    def __init__(self, noise, aux, key, flat, unravel, scale, antithetic: bool):
+        self.noise, self.aux, self.key = noise, aux, key
+        self.flat, self.unravel, self.scale = flat, unravel, scale
+        self.antithetic = antithetic
+        self.dim = flat.shape[0]
+
+    def noise_vectors(self, indices: jax.Array) -> jax.Array:
+        """float32[len(indices), D]: the noise vectors with those indices."""
+        keys = jax.vmap(noise_key, in_axes=(None, 0))(self.key, indices)
+        return jax.vmap(self.noise.sample, in_axes=(None, 0, None))(self.aux, keys, self.dim)
+
+    def perturb(self, sign: jax.Array, eps: jax.Array):
+        """The params pytree ``mean + scale * sign * eps`` for one member."""
+        return self.unravel((self.flat.astype(jnp.float32) + self.scale * sign * eps).astype(self.flat.dtype))
+
+    def members(self, members: jax.Array, pairs: bool = False):
+        """The params of ``members`` (a pytree with leading axis ``len(members)``).
+
+        ``pairs`` (antithetic only; ``members`` = ``2j, 2j+1, ...`` from an
+        even index) draws each pair's noise once and uses it with both signs;
+        the noise is the same, and the member params too, up to the rounding
+        of ``scale * eps`` (see docs/design.md).
+        """
+        if pairs:
+            eps = self.noise_vectors(noise_index(members[0::2], True))
+            eps = jnp.broadcast_to(eps[:, None], (eps.shape[0], 2, self.dim)).reshape(members.shape[0], self.dim)
+        else:
+            eps = self.noise_vectors(noise_index(members, self.antithetic))
+        return jax.vmap(self.perturb)(noise_sign(members, self.antithetic), eps)
+
+    def member(self, member: jax.Array):
+        """The params of one member (a scalar int32 index)."""
+        index = noise_index(member, self.antithetic)
+        eps = self.noise.sample(self.aux, noise_key(self.key, index), self.dim)
+        return self.perturb(noise_sign(member, self.antithetic), eps)

@@ -30,6 +30,7 @@ stop, so a signal to any of them stops all of them after the same segment.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import os
@@ -38,6 +39,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -46,16 +48,19 @@ from jax.sharding import Mesh
 
 from es import distributed
 from es.checkpoint import (
-    CheckpointError, Checkpointer, describe_difference, save_params, state_digest, to_numpy,
+    CheckpointError, Checkpointer, CheckpointWarning, CorruptCheckpointError, describe_difference, save_params,
+    state_digest, to_numpy,
 )
 from es.distributed import is_writer
-from es.engine import evolve
+from es.engine import check_evolve_args, evolve
 from es.metrics_log import MetricsLog
-from es.strategy import OpenES, OpenESState, is_int
+from es.strategy import State, Strategy
+from es.validation import is_int
 
 LOG_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"
 PARAMS_NAME = "params.npz"
+CORRUPT_NAME = "corrupt_checkpoints"
 TIME_NAME = "time_s"
 
 # Numbers the es.run calls of this process, so that every call agrees with the other processes under its own
@@ -67,7 +72,7 @@ class RunResult(NamedTuple):
     """What ``es.run`` returns.
 
     Attributes:
-      state: the final ``OpenESState``.
+      state: the final ``es.State``.
       metrics: metric name -> numpy array with one entry per generation of
         the whole run (resumed parts included), as ``es.evolve`` returns them.
       time_s: float64 ``[generations]``, wall-clock seconds of the run when
@@ -76,7 +81,7 @@ class RunResult(NamedTuple):
         stopped the run early, or ``None`` when it ran all its generations.
     """
 
-    state: OpenESState
+    state: State
     metrics: dict[str, np.ndarray]
     time_s: np.ndarray
     stopped_by: int | None = None
@@ -103,10 +108,27 @@ def segment_lengths(start: int, stop: int, segment: int) -> list[int]:
     return lengths
 
 
+class Segment(NamedTuple):
+    """What ``es.run`` hands its ``on_segment`` callback after each segment.
+
+    Attributes:
+      start, stop: the segment's generations ``[start, stop)``.
+      state: the state after generation ``stop`` (replicated on the mesh).
+      metrics: metric name -> numpy array ``[stop - start]``, this segment's.
+      time_s: wall-clock seconds of the run so far (resumed parts included).
+    """
+
+    start: int
+    stop: int
+    state: State
+    metrics: dict[str, np.ndarray]
+    time_s: float
+
+
 def run(
-    strategy: OpenES,
+    strategy: Strategy,
     fitness_fn: Callable,
-    state: OpenESState,
+    state: State,
     num_generations: int,
     *,
     run_dir: str | os.PathLike | None = None,
@@ -115,6 +137,10 @@ def run(
     config: Any = None,
     resume: bool = False,
     mesh: Mesh | None = None,
+    exchange: str = "fitness",
+    eval_batch_size: int | None = None,
+    update_batch_size: int | None = None,
+    on_segment: Callable[[Segment], None] | None = None,
     progress: bool = True,
     description: str = "es",
     handle_signals: bool = True,
@@ -136,25 +162,52 @@ def run(
       segment: generations per compiled ``es.evolve`` call; the log and the
         progress bar advance and a checkpoint is written after each.
       keep_checkpoints: how many of the latest checkpoints to keep.
-      config: JSON-serialisable description of everything that determines
-        the run's results (task, strategy, seed). Stored in every checkpoint;
-        a resume with another config is refused.
-      resume: continue from the latest checkpoint in ``run_dir`` (a fresh
-        start if there is none). Without it, a ``run_dir`` that already holds
+      config: JSON-serialisable description of what determines the run's
+        results beyond what ``es.run`` sees itself (the task, how the params
+        were made, the seed). Stored in every checkpoint with the strategy's
+        ``describe()`` and the execution's identity; a resume where any of
+        them differs is refused.
+      resume: continue from the latest intact checkpoint in ``run_dir`` (a
+        fresh start if there is none). A corrupt or incomplete newest
+        checkpoint is moved to ``run_dir/corrupt_checkpoints/`` with a
+        ``CheckpointWarning`` naming both, and the run resumes from the one
+        before. Without ``resume``, a ``run_dir`` that already holds
         checkpoints or log lines is refused rather than overwritten.
-      mesh: as for ``es.evolve``.
+      mesh, exchange, eval_batch_size, update_batch_size: as for
+        ``es.evolve``. A resume may change the mesh (except with
+        ``exchange="gradient"``, whose rounding depends on it) but not the
+        batch sizes, which fix the summation order.
+      on_segment: called as ``on_segment(segment)`` with an ``es.Segment``
+        after each segment is logged and checkpointed, on every process (use
+        ``es.is_writer()`` to write from one): your own logging, evaluation
+        or dashboard. An exception it raises ends the run; the checkpoint of
+        that segment stays.
       progress: show a tqdm progress bar on stderr (process 0 only).
       description: the progress bar's label.
       handle_signals: on SIGTERM/SIGINT finish the segment, checkpoint and
         return (only from the main thread). In a multi-process run a signal
         to any process stops every process after the same segment.
 
+    What a resume may change: ``num_generations``, ``segment``,
+    ``keep_checkpoints``, the mesh (see above), ``on_segment``, ``progress``,
+    ``description`` and ``handle_signals``; everything else is part of the
+    run's identity.
+
     Returns:
-      A ``RunResult``. Raises ``CheckpointError`` (a ``ValueError``) when the
-      checkpoint to resume from is corrupt or belongs to another run.
+      A ``RunResult``. Raises ``CheckpointError`` (a ``ValueError``) when no
+      intact checkpoint can be resumed or it belongs to another run.
     """
-    _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume)
-    config = json.loads(json.dumps(config))
+    _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume, on_segment)
+    mesh, execution = check_evolve_args(
+        strategy, fitness_fn, state, num_generations, mesh, exchange, eval_batch_size, update_batch_size
+    )
+    advance = functools.partial(
+        evolve, strategy, fitness_fn, mesh=mesh, exchange=exchange,
+        eval_batch_size=execution.eval_batch_size, update_batch_size=execution.update_batch_size,
+    )
+    identity = json.loads(json.dumps(
+        {"config": config, "strategy": strategy.describe(), "execution": execution.identity(mesh.size)}
+    ))
     writer = is_writer()
     name = f"es.run/{next(_run_numbers)}"
     initial_digest = None
@@ -178,20 +231,22 @@ def run(
             try:
                 if not writer:
                     checkpointer = Checkpointer(directory, keep_checkpoints, writer=False)
-                point = _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, num_generations)
-                digest = initial_digest if point[1] is state else state_digest(point[1])
-                outcome = f"{point[0]} {digest}"
+                point = _resume_point(checkpointer, run_dir, state, identity, initial_digest, resume, num_generations)
+                digest = initial_digest if point.state is state else state_digest(point.state)
+                outcome = f"{point.generation} {digest}"
             except Exception as error:  # CheckpointError and any other: every process must reach the exchange
                 outcome = error
             _check_same_resume_point(_agree_on(f"{name}/resume", run_dir, outcome), run_dir)
-            start, state, history = point
+            start, state, history = point.generation, point.state, point.history
             if writer:
+                for generation in point.corrupt:  # newer than the resume point: out of the way of new saves
+                    checkpointer.quarantine(generation, run_dir / CORRUPT_NAME)
                 log = MetricsLog(run_dir / LOG_NAME)
                 log.rewrite(history, start)  # exactly the checkpointed generations, nothing after
         result = _run_segments(
-            strategy, fitness_fn, state, num_generations, mesh, segment, start, history, checkpointer,
-            log, config, initial_digest, writer and progress, description, handle_signals,
-            run_dir if writer else None, name,
+            advance, state, num_generations, segment, start, history, checkpointer, log, identity,
+            initial_digest, writer and progress, description, handle_signals, run_dir if writer else None,
+            name, on_segment,
         )
     finally:
         if checkpointer is not None:
@@ -201,7 +256,7 @@ def run(
     return result
 
 
-def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume) -> None:
+def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume, on_segment) -> None:
     for name, value, low in (("num_generations", num_generations, 0), ("segment", segment, 1),
                              ("keep_checkpoints", keep_checkpoints, 1)):
         if not is_int(value):
@@ -212,6 +267,8 @@ def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config,
         raise TypeError(f"es.run(run_dir={run_dir!r}): run_dir must be a path or None.")
     if not isinstance(resume, bool):
         raise TypeError(f"es.run(resume={resume!r}): resume must be True or False.")
+    if on_segment is not None and not callable(on_segment):
+        raise TypeError(f"es.run(on_segment={on_segment!r}): on_segment must be a callable on_segment(segment) or None.")
     try:
         json.dumps(config, allow_nan=False)
     except (TypeError, ValueError) as error:
@@ -258,8 +315,15 @@ def _check_same_resume_point(everyone: list[str], run_dir) -> None:
         )
 
 
-def _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, num_generations):
-    """``(generation, state, history)`` to start from: the latest checkpoint, or the beginning."""
+class _ResumePoint(NamedTuple):
+    generation: int
+    state: State
+    history: dict
+    corrupt: tuple[int, ...] = ()  # newer checkpoints skipped as corrupt
+
+
+def _resume_point(checkpointer, run_dir, state, identity, initial_digest, resume, num_generations) -> _ResumePoint:
+    """Where to start: the latest intact checkpoint (falling back past corrupt ones), or the beginning."""
     generations = checkpointer.generations()
     if not resume:
         log_path = run_dir / LOG_NAME
@@ -269,15 +333,36 @@ def _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, 
                 f"run_dir {run_dir} already holds {what}. Pass resume=True (CLI: --resume {run_dir}) "
                 "to continue that run, or choose a new run_dir."
             )
-        return 0, state, {}
-    if not generations:
-        return 0, state, {}
-    checkpoint = checkpointer.restore(generations[-1], like=state)
-    if checkpoint.config != config:
+        return _ResumePoint(0, state, {})
+    corrupt = []
+    for generation in reversed(generations):
+        try:
+            checkpoint = checkpointer.restore(generation, like=state)
+        except CorruptCheckpointError as error:
+            corrupt.append((generation, error))
+            continue
+        if corrupt:
+            newest, reason = corrupt[0]
+            warnings.warn(
+                f"{reason}. Resuming from the previous intact checkpoint, {checkpoint.path} (generation "
+                f"{checkpoint.generation}); the corrupt one ({checkpointer.directory / str(newest)}) is moved to "
+                f"{run_dir / CORRUPT_NAME}.",
+                CheckpointWarning,
+                stacklevel=3,
+            )
+        break
+    else:
+        if corrupt:
+            raise CheckpointError(
+                f"no intact checkpoint in {checkpointer.directory}: {'; '.join(str(e) for _, e in corrupt)}. "
+                "Start a new run (or move the run directory away)."
+            )
+        return _ResumePoint(0, state, {})
+    if checkpoint.config != identity:
         raise CheckpointError(
-            f"checkpoint {checkpoint.path} was made with another config: "
-            f"{describe_difference(checkpoint.config, config)}. Resume with the config the run "
-            "was started with, or start a new run."
+            f"checkpoint {checkpoint.path} was made by another run: "
+            f"{describe_difference(checkpoint.config, identity)}. Resume with the config, strategy and batch "
+            "sizes the run was started with, or start a new run."
         )
     if checkpoint.initial_digest != initial_digest:
         raise CheckpointError(
@@ -289,7 +374,7 @@ def _resume_point(checkpointer, run_dir, state, config, initial_digest, resume, 
             f"the run in {run_dir} has already done {checkpoint.generation} generations, more than "
             f"num_generations={num_generations}; ask for at least {checkpoint.generation}."
         )
-    return checkpoint.generation, checkpoint.state, checkpoint.history
+    return _ResumePoint(checkpoint.generation, checkpoint.state, checkpoint.history, tuple(g for g, _ in corrupt))
 
 
 class _Stopper:
@@ -343,10 +428,12 @@ class _Stopper:
         self._previous = {}
 
 
-def _run_segments(strategy, fitness_fn, state, num_generations, mesh, segment, start, history,
-                  checkpointer, log, config, initial_digest, show_progress, description,
-                  handle_signals, params_dir, run_name):
-    """The segment loop of ``run``; ``log`` and ``params_dir`` are ``None`` on processes that do not write."""
+def _run_segments(advance, state, num_generations, segment, start, history, checkpointer, log, identity,
+                  initial_digest, show_progress, description, handle_signals, params_dir, run_name, on_segment):
+    """The segment loop of ``run``: ``advance(state, n)`` runs ``n`` generations (an ``es.evolve``).
+
+    ``log`` and ``params_dir`` are ``None`` on processes that do not write.
+    """
     from tqdm.auto import tqdm
 
     buffers: dict[str, np.ndarray] = {}
@@ -361,14 +448,14 @@ def _run_segments(strategy, fitness_fn, state, num_generations, mesh, segment, s
     try:
         if lengths:
             bar.set_postfix_str("compiling", refresh=True)
-        in_flight = evolve(strategy, fitness_fn, state, lengths.popleft(), mesh) if lengths else None
+        in_flight = advance(state, lengths.popleft()) if lengths else None
         while in_flight is not None:
             segment_state, segment_metrics = in_flight
             in_flight = None
             if lengths:  # dispatch the next segment before waiting for this one, unless stopping
                 stop_signal = stopper.agreed(generation)
                 if stop_signal is None:
-                    in_flight = evolve(strategy, fitness_fn, segment_state, lengths.popleft(), mesh)
+                    in_flight = advance(segment_state, lengths.popleft())
             metrics = {name: to_numpy(values) for name, values in segment_metrics.items()}
             length = len(next(iter(metrics.values())))
             elapsed = time_offset + time.perf_counter() - clock
@@ -382,11 +469,14 @@ def _run_segments(strategy, fitness_fn, state, num_generations, mesh, segment, s
             if log is not None:
                 log.append(done, generation, stop)
             if checkpointer is not None:
-                checkpointer.save(segment_state, done, config, initial_digest)
+                checkpointer.save(segment_state, done, identity, initial_digest)
             bar.set_postfix_str(
                 f"best {metrics['best_fitness'][-1]:.5g}, mean {metrics['fitness_mean'][-1]:.5g}", refresh=False
             )
             bar.update(length)
+            if on_segment is not None:
+                segment_metrics = {k: v for k, v in metrics.items() if k != TIME_NAME}
+                on_segment(Segment(generation, stop, segment_state, segment_metrics, elapsed))
             generation, state = stop, segment_state
     finally:
         stopper.restore()

@@ -14,6 +14,11 @@ Invalid fitnesses (NaN or +-inf) count as the worst: under ``centered_rank``
 they rank strictly below every valid member; for the other methods (and user
 callables) they are replaced by the worst valid fitness before shaping. If no
 member is valid all weights are zero, so the update is a no-op.
+
+Strategies with their own rank-based weights (SNES's utilities, CMA-ES's
+recombination weights) use ``rank_weights``, which is tie-aware in the same
+way: tied members share the mean of their ranks' weights. ``sanitize``
+prepares raw values for strategies that use them (ARS).
 """
 
 from __future__ import annotations
@@ -30,9 +35,7 @@ def centered_rank(fitness: jax.Array) -> jax.Array:
     """Centered ranks in ``[-0.5, 0.5]``; ties get their average rank. ``[n] -> [n]``."""
     fitness = jnp.asarray(fitness)
     n = fitness.shape[0]
-    ordered = jnp.sort(fitness)
-    below = jnp.searchsorted(ordered, fitness, side="left")
-    at_or_below = jnp.searchsorted(ordered, fitness, side="right")
+    below, at_or_below = _tie_groups(fitness)
     rank = (below + at_or_below - 1).astype(jnp.float32) / 2.0
     return rank / (n - 1) - 0.5
 
@@ -71,16 +74,64 @@ def shape_fitness(
       ``(weights, valid)``: float32[popsize] finite weights (higher = better
       member) and bool[popsize] marking finite fitnesses.
     """
+    sanitized, valid = sanitize(fitness, maximize)
+    if method == "centered_rank":
+        weights = centered_rank(jnp.where(valid, sanitized, -jnp.inf))
+    else:
+        shaping_fn = SHAPING_METHODS[method] if isinstance(method, str) else method
+        weights = jnp.asarray(shaping_fn(sanitized), jnp.float32)
+    weights = jnp.where(jnp.any(valid) & jnp.isfinite(weights), weights, 0.0)
+    return weights, valid
+
+
+def _tie_groups(better: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """For each member, ``[below, at_or_below)``: its tie group's ascending sorted positions."""
+    ordered = jnp.sort(better)
+    return jnp.searchsorted(ordered, better, side="left"), jnp.searchsorted(ordered, better, side="right")
+
+
+def rank_weights(fitness: jax.Array, by_rank: jax.Array, maximize: bool) -> jax.Array:
+    """Weights from ranks: ``by_rank[k]`` for the member of rank ``k`` (0 = best). ``[n] -> [n]``.
+
+    Tied members share the mean of their ranks' weights, so equal fitnesses
+    always get equal weights. Invalid fitnesses (NaN, +-inf) rank below every
+    valid member and get ``by_rank[-1]``, the worst rank's weight; with no
+    valid member every weight is zero.
+    """
     better = jnp.asarray(fitness, jnp.float32)
     better = better if maximize else -better
     valid = jnp.isfinite(better)
-    any_valid = jnp.any(valid)
-    if method == "centered_rank":
-        weights = centered_rank(jnp.where(valid, better, -jnp.inf))
-    else:
-        worst_valid = jnp.min(jnp.where(valid, better, jnp.inf))
-        sanitized = jnp.where(valid, better, jnp.where(any_valid, worst_valid, 0.0))
-        shaping_fn = SHAPING_METHODS[method] if isinstance(method, str) else method
-        weights = jnp.asarray(shaping_fn(sanitized), jnp.float32)
-    weights = jnp.where(any_valid & jnp.isfinite(weights), weights, 0.0)
-    return weights, valid
+    below, at_or_below = _tie_groups(jnp.where(valid, better, -jnp.inf))
+    ascending = jnp.asarray(by_rank, jnp.float32)[::-1]  # worst first, like the sorted fitnesses
+    cumulative = jnp.concatenate([jnp.zeros((1,), jnp.float32), jnp.cumsum(ascending)])
+    count = at_or_below - below
+    tied_mean = (cumulative[at_or_below] - cumulative[below]) / count.astype(jnp.float32)
+    weights = jnp.where(count == 1, ascending[below], tied_mean)
+    weights = jnp.where(valid, weights, ascending[0])
+    return jnp.where(jnp.any(valid), weights, 0.0)
+
+
+def sanitize(fitness: jax.Array, maximize: bool) -> tuple[jax.Array, jax.Array]:
+    """``(better, valid)``: float32 fitnesses where higher is better, invalid ones set to the worst valid.
+
+    With no valid member every value is 0. ``valid`` marks finite fitnesses.
+    """
+    better = jnp.asarray(fitness, jnp.float32)
+    better = better if maximize else -better
+    valid = jnp.isfinite(better)
+    worst_valid = jnp.min(jnp.where(valid, better, jnp.inf))
+    return jnp.where(valid, better, jnp.where(jnp.any(valid), worst_valid, 0.0)), valid
+
+
+def top_k_weights(scores: jax.Array, k: int) -> jax.Array:
+    """1 for the ``k`` highest ``scores``, 0 for the rest; scores tied at the cut share what is left.
+
+    ``[n] -> [n]`` float32, summing to ``k``: if ``g`` scores beat the
+    ``k``-th highest and ``e`` equal it, each of those ``e`` gets ``(k - g) / e``.
+    """
+    scores = jnp.asarray(scores, jnp.float32)
+    kth = jnp.sort(scores)[scores.shape[0] - k]
+    above = scores > kth
+    at = scores == kth
+    share = (k - jnp.sum(above)).astype(jnp.float32) / jnp.maximum(jnp.sum(at), 1).astype(jnp.float32)
+    return jnp.where(above, 1.0, jnp.where(at, share, 0.0))

@@ -1,45 +1,58 @@
-"""OpenAI-ES configuration (``OpenES``) and its state (``OpenESState``).
+"""The strategy interface: what a strategy computes, and the state the engine carries.
 
-The strategy is a frozen, hashable config: everything about it is static under
-``jax.jit``. The state is a pytree of arrays that ``es.evolve`` carries from
-generation to generation.
+A strategy is an immutable description of a search distribution and its
+update (a frozen, hashable dataclass: static under ``jax.jit``), written as
+four pure functions over its own NamedTuple state, in the style of optax::
 
-Estimator (Salimans et al. 2017). With mean ``theta``, noise ``eps_i ~ N(0, I)``,
-members ``theta + sigma * eps_i`` and shaped fitnesses ``w_i``::
+    initial_state(params)                -> strategy_state
+    scale(strategy_state, generation)    -> float32[] or float32[D]
+    coefficients(strategy_state, fitness)-> Coefficients(linear f32[P], square f32[P] | None)
+    update(state, coefficients, sums)    -> (params, strategy_state, {"grad_norm", "update_norm"})
 
-    g = 1 / (popsize * sigma) * sum_i w_i * eps_i        # ascent direction
-    theta <- theta + optimizer(-g + weight_decay * theta) # optax minimises
+Every strategy here keeps a diagonal (or isotropic) Gaussian around the mean
+``params``. Member ``i`` is ``params + scale * s_i * eps_i`` with ``eps_i`` a
+unit noise vector rebuilt from shared keys (``s_i = -1`` for the second member
+of an antithetic pair, else ``+1``). After the fitnesses are exchanged the
+strategy turns them into per-member coefficients ``a_i`` and ``b_i``, and the
+engine rebuilds, in chunks and without ever storing the population::
 
-With antithetic sampling the members come in pairs ``+eps_j, -eps_j``.
+    Sums.linear = sum_i a_i * s_i * eps_i        float32[D]
+    Sums.square = sum_i b_i * eps_i**2           float32[D]  (when the strategy asks for it)
+
+which is all that OpenAI-ES, SNES, PGPE, ARS and sep-CMA-ES need. Everything
+else (keys, noise, ``shard_map``/``scan``, micro-batches, the exchange,
+NaN/inf handling, the best member, ``StatefulFitness``, metrics) is the
+engine's (``es/engine.py``). docs/design.md walks through adding a strategy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
-from typing import Any, Callable, NamedTuple
+import functools
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from es import noise as noise_lib
-from es import shaping
+from es import validation
 from es.fitness import StatefulFitness
 
 PyTree = Any
 Schedule = Callable[[jax.Array], jax.Array]
 
-EXCHANGE_MODES = ("fitness", "gradient")
+# How a run executes is an argument of es.evolve / es.run, not of the strategy.
+EXECUTION_ARGUMENTS = ("exchange", "eval_batch_size", "update_batch_size")
 
 
-class OpenESState(NamedTuple):
+class State(NamedTuple):
     """Everything that changes during a run (a pytree; replicated on every device).
 
     Attributes:
-      params: the current mean, same pytree structure as the initial params.
-      opt_state: the optax optimizer state for ``params``.
+      params: the mean of the search distribution, same pytree structure as
+        the initial params (what you deploy).
+      strategy_state: the strategy's own state (``OpenESState``,
+        ``SNESState``, ...): optimizer state, per-coordinate scales, paths.
       key: the run key every generation's keys derive from (never changes).
       generation: int32 scalar, generations completed so far.
       best_params: the best member seen so far (same structure as ``params``).
@@ -49,7 +62,7 @@ class OpenESState(NamedTuple):
     """
 
     params: PyTree
-    opt_state: optax.OptState
+    strategy_state: Any
     key: jax.Array
     generation: jax.Array
     best_params: PyTree
@@ -57,153 +70,113 @@ class OpenESState(NamedTuple):
     fitness_state: PyTree = None
 
 
-def _default_optimizer() -> optax.GradientTransformation:
-    return _DEFAULT_OPTIMIZER
+class Coefficients(NamedTuple):
+    """Per-member coefficients of the sums the update needs (``float32[popsize]`` each).
 
-
-_DEFAULT_OPTIMIZER = optax.adam(1e-2)
-
-
-def is_int(x) -> bool:
-    """Whether ``x`` is an integer (Python or numpy) and not a bool."""
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-@dataclasses.dataclass(frozen=True)
-class OpenES:
-    """OpenAI evolution strategy (Salimans et al. 2017).
-
-    Args:
-      popsize: members per generation (>= 2; even when ``antithetic``).
-      sigma: perturbation scale (> 0), or a schedule ``generation -> sigma``
-        such as an ``optax`` schedule.
-      optimizer: any ``optax.GradientTransformation``; it receives the
-        negated gradient estimate (optax minimises). Default ``adam(1e-2)``.
-      antithetic: evaluate pairs ``theta +- sigma * eps`` (halves noise draws
-        and reduces variance).
-      fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"`` or a
-        callable ``float32[popsize] -> float32[popsize]`` (higher is better).
-      weight_decay: L2 coefficient ``c >= 0``; adds ``c * theta`` to the
-        gradient handed to the optimizer.
-      maximize: whether ``fitness_fn`` is to be maximised.
-      noise: where perturbations come from: ``es.GaussianNoise()`` (fresh
-        ``jax.random.normal`` draws, default) or ``es.NoiseTable(size,
-        seed)`` (slices of a shared table: several times faster, see
-        docs/benchmarks.md).
-      exchange: ``"fitness"`` (default): devices exchange only the popsize
-        fitness scalars and every device rebuilds every perturbation, bit
-        identical on any device count. ``"gradient"``: each device sums its
-        own members' weighted noise and the params-sized sum is all-reduced;
-        less compute per device, more bytes, and float rounding depends on
-        the device count.
-      eval_batch_size: members each device evaluates together in one vmapped
-        micro-batch (devices loop over their share in such batches). It must
-        be the same on every mesh for results to be bit-identical across
-        device counts. ``None``: the largest divisor of ``popsize / 8`` (so it
-        divides every device's share on 1, 2, 4 or 8 devices) whose
-        perturbations fit in ``2**19`` floats (2 MiB), even with antithetic
-        sampling so that pairs share one noise draw. For meshes of more than
-        8 devices set it to at most ``popsize // num_devices``.
-      update_batch_size: noise vectors rebuilt per step when forming the
-        gradient (the step is one fused loop; nothing is stored). ``None``:
-        ``max(16, 2**19 // num_params)``, at most ``2**24 // num_params``.
-
-    Peak memory is ``O((eval_batch_size + update_batch_size) * num_params)``,
-    independent of popsize.
+    ``linear`` weighs ``s_i * eps_i`` and ``square`` weighs ``eps_i**2``;
+    ``square`` is ``None`` for strategies that adapt only the mean.
     """
 
-    popsize: int
-    sigma: float | Schedule = 0.05
-    optimizer: optax.GradientTransformation = dataclasses.field(default_factory=_default_optimizer)
-    antithetic: bool = True
-    fitness_shaping: str | shaping.ShapingFn = "centered_rank"
-    weight_decay: float = 0.0
-    maximize: bool = True
-    noise: noise_lib.GaussianNoise | noise_lib.NoiseTable = noise_lib.GaussianNoise()
-    exchange: str = "fitness"
-    eval_batch_size: int | None = None
-    update_batch_size: int | None = None
+    linear: jax.Array
+    square: jax.Array | None = None
 
-    def __post_init__(self):
-        if not is_int(self.popsize):
-            raise TypeError(f"OpenES(popsize={self.popsize!r}): popsize must be an int, e.g. 256.")
-        if self.popsize < 2:
-            raise ValueError(
-                f"OpenES(popsize={self.popsize}): popsize must be at least 2 "
-                "(the gradient estimate compares members)."
+
+class Sums(NamedTuple):
+    """``sum_i a_i s_i eps_i`` and ``sum_i b_i eps_i**2``, float32[D] in ``ravel_pytree`` order."""
+
+    linear: jax.Array
+    square: jax.Array | None = None
+
+
+class Strategy:
+    """Base of every strategy: ``init`` and the checks they share.
+
+    Subclasses are frozen dataclasses that declare all their fields (their
+    signature), call ``check_common`` in ``__post_init__`` and implement the
+    four maths functions above. Class attributes:
+
+    - ``antithetic``: a field or a class constant; members ``2j, 2j+1`` share
+      noise vector ``j`` with signs ``+1, -1``.
+    - ``uses_squares``: whether ``coefficients`` returns ``square`` (a
+      per-coordinate variance update, unsound with low-rank samples).
+    """
+
+    uses_squares: ClassVar[bool] = False
+
+    def __new__(cls, *args, **kwargs):
+        moved = [name for name in EXECUTION_ARGUMENTS if name in kwargs]
+        if moved:
+            name = moved[0]
+            raise TypeError(
+                f"{cls.__name__}({name}=...): how a run executes is no longer part of the strategy; "
+                f"pass {name}= to es.evolve(...) or es.run(...) instead, e.g. "
+                f"es.evolve(strategy, fitness_fn, state, n, mesh=mesh, {name}={kwargs[name]!r})."
             )
-        if not isinstance(self.antithetic, bool):
-            raise TypeError(f"OpenES(antithetic={self.antithetic!r}): antithetic must be True or False.")
+        return super().__new__(cls)
+
+    # ----------------------------------------------------------------- checks
+
+    def check_common(self) -> None:
+        """Validate (and normalise) ``popsize``, ``sigma``, ``maximize``, ``noise`` and ``antithetic``."""
+        name = type(self).__name__
+        validation.check_int(name, "popsize", self.popsize, 2, "the update compares members")
+        configurable = "antithetic" in self.fields()  # else a class constant (PGPE, ARS: always pairs)
+        if configurable:
+            validation.check_bool(name, "antithetic", self.antithetic)
         if self.antithetic and self.popsize % 2:
+            always = "" if configurable else f" ({name} always samples pairs)"
+            fix = f"popsize={self.popsize + 1}" + ("" if always else " or antithetic=False")
             raise ValueError(
-                f"OpenES(popsize={self.popsize}, antithetic=True): antithetic sampling "
-                f"evaluates members in +/- pairs, so popsize must be even; use "
-                f"popsize={self.popsize + 1} or antithetic=False."
+                f"{name}(popsize={self.popsize}, antithetic=True): antithetic sampling evaluates members "
+                f"in +/- pairs{always}, so popsize must be even; use {fix}."
             )
-        if callable(self.sigma):
-            pass
-        elif isinstance(self.sigma, numbers.Real) and not isinstance(self.sigma, bool):
-            if not (math.isfinite(self.sigma) and self.sigma > 0):
-                raise ValueError(
-                    f"OpenES(sigma={self.sigma!r}): sigma must be a finite float > 0 "
-                    "(e.g. 0.05) or a schedule generation -> sigma."
-                )
-            object.__setattr__(self, "sigma", float(self.sigma))
-        else:
-            raise TypeError(
-                f"OpenES(sigma={self.sigma!r}): sigma must be a float > 0 or a callable "
-                "schedule (e.g. optax.exponential_decay(0.1, 100, 0.5))."
-            )
-        if not isinstance(self.optimizer, optax.GradientTransformation):
-            raise TypeError(
-                f"OpenES(optimizer={self.optimizer!r}): optimizer must be an "
-                "optax.GradientTransformation, e.g. optax.adam(1e-2)."
-            )
-        if isinstance(self.fitness_shaping, str):
-            if self.fitness_shaping not in shaping.SHAPING_METHODS:
-                raise ValueError(
-                    f"OpenES(fitness_shaping={self.fitness_shaping!r}) is unknown; use one of "
-                    f"{sorted(shaping.SHAPING_METHODS)} or a callable fitness -> weights."
-                )
-        elif not callable(self.fitness_shaping):
-            raise TypeError(
-                f"OpenES(fitness_shaping={self.fitness_shaping!r}): use one of "
-                f"{sorted(shaping.SHAPING_METHODS)} or a callable fitness -> weights."
-            )
-        if isinstance(self.weight_decay, bool) or not isinstance(self.weight_decay, numbers.Real):
-            raise TypeError(f"OpenES(weight_decay={self.weight_decay!r}): weight_decay must be a float >= 0.")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(
-                f"OpenES(weight_decay={self.weight_decay!r}): weight_decay is an L2 "
-                "coefficient and must be >= 0 (0 disables it)."
-            )
-        object.__setattr__(self, "weight_decay", float(self.weight_decay))
-        if not isinstance(self.maximize, bool):
-            raise TypeError(f"OpenES(maximize={self.maximize!r}): maximize must be True or False.")
+        if not callable(self.sigma):
+            self._set("sigma", validation.check_float(name, "sigma", self.sigma, positive=True, example="0.05"))
+        validation.check_bool(name, "maximize", self.maximize)
         if not isinstance(self.noise, noise_lib.NOISE_SOURCES):
             raise TypeError(
-                f"OpenES(noise={self.noise!r}): noise must be es.GaussianNoise() or "
+                f"{name}(noise={self.noise!r}): noise must be es.GaussianNoise() or "
                 "es.NoiseTable(size=..., seed=...)."
             )
-        if self.exchange not in EXCHANGE_MODES:
-            raise ValueError(
-                f"OpenES(exchange={self.exchange!r}) is unknown; use one of {list(EXCHANGE_MODES)}."
-            )
-        for name in ("eval_batch_size", "update_batch_size"):
-            value = getattr(self, name)
-            if value is not None and (not is_int(value) or value < 1):
-                raise ValueError(
-                    f"OpenES({name}={value!r}): {name} must be a positive int or None (automatic)."
-                )
 
-    def sigma_at(self, generation: jax.Array) -> jax.Array:
-        """Perturbation scale (float32 scalar) of generation ``generation``."""
-        sigma = self.sigma(generation) if callable(self.sigma) else self.sigma
-        return jnp.asarray(sigma, jnp.float32)
+    def check_run(self, dim: int) -> None:
+        """Checks that need the number of parameters, run by ``es.evolve`` before compiling (default: none)."""
+        del dim
 
-    def init(
-        self, key: jax.Array, params: PyTree, fitness: StatefulFitness | Callable | None = None
-    ) -> OpenESState:
+    def _set(self, name: str, value) -> None:
+        """Store a normalised value in a frozen field (constructors only)."""
+        object.__setattr__(self, name, value)
+
+    def describe(self) -> dict:
+        """The strategy as JSON data: its name and every setting that can be written down.
+
+        Numbers, strings, bools and noise sources appear as they are; a
+        default optimizer as its ``{name, ...arguments}``; any other object
+        (a custom optimizer, a schedule, a shaping callable) as
+        ``"<TypeName>"``. ``es.run`` stores it in checkpoints and refuses to
+        resume with a strategy described otherwise.
+        """
+        described = {"name": type(self).__name__}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None or isinstance(value, (bool, int, float, str)):
+                described[field.name] = value
+            elif isinstance(value, noise_lib.NOISE_SOURCES):
+                described[field.name] = {"name": type(value).__name__, **dataclasses.asdict(value)}
+            elif "optimizer" in field.metadata and value is field.default_factory():
+                described[field.name] = dict(field.metadata["optimizer"])
+            else:
+                described[field.name] = f"<{type(value).__name__}>"
+        return described
+
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        """The names of the strategy's constructor arguments."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    # ------------------------------------------------------------------ state
+
+    def init(self, key: jax.Array, params: PyTree, fitness: StatefulFitness | Callable | None = None) -> State:
         """The state of a new run.
 
         Args:
@@ -215,18 +188,18 @@ class OpenES:
             a plain ``fitness_fn(params, key)`` or ``None`` gives ``None``, so
             ``init(key, params, fitness=task.fitness)`` works for either.
         """
-        check_key(key)
+        validation.check_key(key)
         params = jax.tree.map(jnp.asarray, params)
-        check_params(params)
+        validation.check_params(params)
         if fitness is not None and not callable(fitness):
             raise TypeError(
-                "OpenES.init(fitness=...) takes the fitness you will evolve with (a StatefulFitness "
-                f"or a callable fitness_fn(params, key)) or None, got {type(fitness).__name__}."
+                f"{type(self).__name__}.init(fitness=...) takes the fitness you will evolve with (a "
+                f"StatefulFitness or a callable fitness_fn(params, key)) or None, got {type(fitness).__name__}."
             )
         worst = -jnp.inf if self.maximize else jnp.inf
-        return OpenESState(
+        return State(
             params=params,
-            opt_state=self.optimizer.init(params),
+            strategy_state=self.initial_state(params),
             key=key,
             generation=jnp.zeros((), jnp.int32),
             best_params=params,
@@ -234,33 +207,40 @@ class OpenES:
             fitness_state=fitness.init() if isinstance(fitness, StatefulFitness) else None,
         )
 
+    # --------------------------------------------------------------- the maths
 
-def check_key(key) -> None:
-    """Raise ``TypeError`` unless ``key`` is a single JAX PRNG key."""
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
-        return
-    if isinstance(key, (jax.Array,)) and key.dtype == jnp.uint32 and key.shape == (2,):
-        return
-    raise TypeError(
-        f"key must be a single JAX PRNG key such as jax.random.key(0), got "
-        f"{getattr(key, 'dtype', type(key).__name__)}{list(getattr(key, 'shape', []))}."
-    )
+    def initial_state(self, params: PyTree) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def scale(self, strategy_state: Any, generation: jax.Array) -> jax.Array:  # pragma: no cover
+        raise NotImplementedError
+
+    def coefficients(self, strategy_state: Any, fitness: jax.Array) -> Coefficients:  # pragma: no cover
+        raise NotImplementedError
+
+    def update(self, state: State, coefficients: Coefficients, sums: Sums):  # pragma: no cover
+        raise NotImplementedError
 
 
-def check_params(params: PyTree, name: str = "params") -> None:
-    """Raise unless ``params`` is a non-empty pytree of floating-point arrays."""
-    leaves = jax.tree.leaves(params)
-    if not leaves or sum(math.prod(jnp.shape(x)) for x in leaves) == 0:
-        raise ValueError(
-            f"{name} is empty: give at least one float array with at least one element "
-            "(e.g. jnp.zeros(100))."
-        )
-    paths = jax.tree_util.tree_flatten_with_path(params)[0]
-    for path, leaf in paths:
-        dtype = jnp.result_type(leaf)
-        if not jnp.issubdtype(dtype, jnp.floating):
-            raise TypeError(
-                f"{name}{jax.tree_util.keystr(path)} has dtype {dtype}; ES perturbs "
-                "floating-point arrays only. Cast it (x.astype(jnp.float32)) or close over "
-                "it in fitness_fn instead."
-            )
+def better(fitness: jax.Array, maximize: bool) -> jax.Array:
+    """float32 fitnesses where higher is better (negated when minimising)."""
+    fitness = jnp.asarray(fitness, jnp.float32)
+    return fitness if maximize else -fitness
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_optimizer(name: str, kwargs: tuple):
+    from es import optimizers
+
+    return optimizers.make(name, **dict(kwargs))
+
+
+def optimizer_field(name: str, **kwargs) -> Any:
+    """A dataclass field whose default is the optimizer ``name(**kwargs)`` (optax or ``es.clipup``).
+
+    The default object is built once and shared, so strategies with the
+    default compare equal (one jit compilation), and ``(name, kwargs)`` stay
+    in the field's metadata, where configs read the default from.
+    """
+    factory = functools.partial(_shared_optimizer, name, tuple(sorted(kwargs.items())))
+    return dataclasses.field(default_factory=factory, metadata={"optimizer": {"name": name, **kwargs}})

@@ -1,16 +1,22 @@
-"""Experiment configs: the schema, YAML loading, ``--set`` overrides, validation, and the objects they build.
+"""Experiment configs: YAML loading, ``--set`` overrides, validation, and the objects they build.
 
     task: {name: CartPole-v1, options: {num_episodes: 4}}
-    strategy: {popsize: 256, sigma: 0.05, optimizer: {name: adam, learning_rate: 0.01}, antithetic: true,
-               fitness_shaping: centered_rank, weight_decay: 0.0, maximize: true}
-    run: {generations: 200, seed: 0, num_devices: null, segment: 50, keep_checkpoints: 3}
+    strategy: {name: OpenES, popsize: 256, sigma: 0.05, optimizer: {name: adam, learning_rate: 0.01},
+               antithetic: true, fitness_shaping: centered_rank, weight_decay: 0.0, maximize: true}
+    run: {generations: 200, seed: 0, num_devices: null, segment: 50, keep_checkpoints: 3, exchange: fitness}
 
-Only ``task.name`` is required; ``resolve`` fills in every default (``SCHEMA``)
-so the resolved config written to a run directory says everything. ``sigma``
-and any optimizer argument (``learning_rate``) may also be an optax schedule,
-``{schedule: cosine_decay, init_value: 1.0, decay_steps: 1000, alpha: 0.02}``.
-``strategy.noise`` is ``prng`` (fresh N(0, I) draws) or
-``{name: table, size: 33554432, seed: 0}`` (a shared noise table).
+Only ``task.name`` and ``strategy.popsize`` are required; ``resolve`` fills in
+every default so the resolved config written to a run directory says
+everything. The ``strategy`` section is derived from the strategy's own
+dataclass (``strategy.name`` is a key of ``es.STRATEGIES``, default OpenES):
+its keys are the constructor's arguments, their defaults the dataclass
+defaults, their types the annotations. The ``run`` section's execution keys
+are ``es.run``'s arguments, with its defaults. A float that the strategy
+accepts as a schedule (OpenES's ``sigma``) and any optimizer argument
+(``learning_rate``) may also be an optax schedule, ``{schedule: cosine_decay,
+init_value: 1.0, decay_steps: 1000, alpha: 0.02}``. ``strategy.noise`` is
+``prng`` (fresh N(0, I) draws) or ``{name: table, size: 33554432, seed: 0}``
+(a shared noise table).
 
 Every mistake raises ``ConfigError`` (a ``ValueError``) naming the key and the
 valid choices, before anything is compiled.
@@ -19,10 +25,13 @@ valid choices, before anything is compiled.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
+import functools
 import inspect
 import numbers
 import re
+import typing
 from typing import Any, Callable, NamedTuple
 
 import yaml
@@ -35,10 +44,13 @@ class ConfigError(ValueError):
 
 
 class Field(NamedTuple):
-    kind: str  # int, float, bool, str, optional_int, choice, mapping, schedule, optimizer, noise
+    kind: str  # int, float, bool, optional_int, optional_float, choice, mapping, schedule, optimizer, noise
     default: Any
     help: str
     choices: Callable[[], list[str]] | None = None
+
+
+DEFAULT_STRATEGY = "OpenES"
 
 
 def _shaping_methods() -> list[str]:
@@ -47,10 +59,16 @@ def _shaping_methods() -> list[str]:
     return sorted(shaping.SHAPING_METHODS)
 
 
-def _exchange_modes() -> list[str]:
-    from es.strategy import EXCHANGE_MODES
+def _strategy_names() -> list[str]:
+    import es
 
-    return list(EXCHANGE_MODES)
+    return sorted(es.STRATEGIES)
+
+
+def _exchange_modes() -> list[str]:
+    import es
+
+    return list(es.EXCHANGE_MODES)
 
 
 def _task_names() -> list[str]:
@@ -59,48 +77,137 @@ def _task_names() -> list[str]:
     return tasks.names()
 
 
-SCHEMA: dict[str, dict[str, Field]] = {
+def _run_default(name: str) -> Any:
+    """The default of ``es.run``'s keyword argument ``name``."""
+    import es
+
+    return inspect.signature(es.run).parameters[name].default
+
+
+SCHEMA: dict[str, dict[str, Field] | None] = {
     "task": {
         "name": Field("choice", REQUIRED, "the task, one of tasks.names()", _task_names),
         "options": Field("mapping", {}, "keyword options of tasks.make(name, **options)"),
     },
-    "strategy": {
-        "popsize": Field("int", 256, "members per generation"),
-        "sigma": Field("schedule", 0.05, "perturbation scale > 0, or a schedule"),
-        "optimizer": Field("optimizer", {"name": "adam", "learning_rate": 0.01}, "an optax optimizer and its arguments"),
-        "antithetic": Field("bool", True, "evaluate +/- pairs"),
-        "fitness_shaping": Field("choice", "centered_rank", "fitness -> weights", _shaping_methods),
-        "weight_decay": Field("float", 0.0, "L2 coefficient >= 0"),
-        "maximize": Field("bool", True, "maximise the task's fitness"),
-        "noise": Field("noise", {"name": "prng"}, "prng, or {name: table, size, seed}"),
-        "exchange": Field("choice", "fitness", "what crosses devices", _exchange_modes),
-        "eval_batch_size": Field("optional_int", None, "members evaluated together (null: automatic)"),
-        "update_batch_size": Field("optional_int", None, "noise vectors rebuilt together (null: automatic)"),
-    },
+    "strategy": None,  # derived from the strategy's dataclass: strategy_schema(name)
     "run": {
         "generations": Field("int", 200, "total generations"),
-        "seed": Field("int", 0, "seed of the initial params and of the run key"),
+        "seed": Field("int", 0, "seed of the initial params and of the run key (es.init_from_seed)"),
         "num_devices": Field("optional_int", None, "devices to shard the population over (null: all that divide popsize)"),
-        "segment": Field("int", 50, "generations per compiled call; log, progress and checkpoint after each"),
-        "keep_checkpoints": Field("int", 3, "how many of the latest checkpoints to keep"),
+        "segment": Field("int", _run_default("segment"), "generations per compiled call; log, progress and checkpoint after each"),
+        "keep_checkpoints": Field("int", _run_default("keep_checkpoints"), "how many of the latest checkpoints to keep"),
+        "exchange": Field("choice", _run_default("exchange"), "what crosses devices (es.run's exchange)", _exchange_modes),
+        "eval_batch_size": Field("optional_int", _run_default("eval_batch_size"), "members evaluated together (null: automatic)"),
+        "update_batch_size": Field("optional_int", _run_default("update_batch_size"), "noise vectors rebuilt together (null: automatic)"),
     },
 }
 
-NOISE_DEFAULTS = {"prng": {}, "table": {"size": 2**25, "seed": 0}}
+# YAML names of the noise sources.
+NOISE_NAMES = {"prng": "GaussianNoise", "table": "NoiseTable"}
 
-# optax optimizers whose update needs more than (updates, state, params) cannot drive ES.
-_UNSUPPORTED_OPTIMIZERS = {"lbfgs", "polyak_sgd"}
+
+def _noise_class(name: str):
+    import es
+
+    return getattr(es, NOISE_NAMES[name])
+
+
+def _noise_defaults(name: str) -> dict:
+    """The noise source's constructor arguments and their defaults (from its dataclass)."""
+    return {f.name: f.default for f in dataclasses.fields(_noise_class(name))}
+
+
+def noise_config(noise) -> dict:
+    """The YAML form of a noise source object."""
+    name = next(key for key, cls in NOISE_NAMES.items() if type(noise).__name__ == cls)
+    return {"name": name, **dataclasses.asdict(noise)}
+
+
+@functools.lru_cache(maxsize=None)
+def strategy_schema(name: str) -> dict[str, Field]:
+    """The ``strategy`` section for ``es.STRATEGIES[name]``: ``name`` and the dataclass's fields."""
+    import es
+
+    cls = es.STRATEGIES[name]
+    hints = typing.get_type_hints(cls)
+    helps = _argument_help(cls)
+    fields = {"name": Field("choice", DEFAULT_STRATEGY, "the strategy, one of es.STRATEGIES", _strategy_names)}
+    for field in dataclasses.fields(cls):
+        kind, choices = _kind(cls, field.name, hints[field.name])
+        if "optimizer" in field.metadata:
+            default = dict(field.metadata["optimizer"])
+        elif field.default is dataclasses.MISSING:
+            default = REQUIRED
+        elif kind == "noise":
+            default = noise_config(field.default)
+        else:
+            default = field.default
+        fields[field.name] = Field(kind, default, helps.get(field.name, field.name), choices)
+    return fields
+
+
+def _kind(cls, name: str, hint) -> tuple[str, Callable[[], list[str]] | None]:
+    """The YAML kind of a strategy field, from its type annotation."""
+    import optax
+
+    import es
+
+    args = set(typing.get_args(hint)) or {hint}
+    none = type(None)
+    simple = {bool: "bool", int: "int", float: "float"}
+    if hint in simple:
+        return simple[hint], None
+    if args == {int, none}:
+        return "optional_int", None
+    if args == {float, none}:
+        return "optional_float", None
+    if float in args:
+        return "schedule", None  # float | Schedule
+    if str in args:
+        return "choice", _shaping_methods  # str | ShapingFn: the shaping methods
+    if hint is optax.GradientTransformation:
+        return "optimizer", None
+    if args <= set(es.noise.NOISE_SOURCES):
+        return "noise", None
+    raise TypeError(f"experiments.config: {cls.__name__}.{name} has no YAML form (type {hint}).")
+
+
+def _argument_help(cls) -> dict[str, str]:
+    """``argument -> first sentence`` from the ``Args:`` section of ``cls``'s docstring."""
+    helps, current = {}, None
+    lines = inspect.getdoc(cls).splitlines()
+    inside = False
+    for line in lines:
+        if line.strip() == "Args:":
+            inside = True
+            continue
+        if inside and line and not line.startswith(" "):
+            break
+        match = re.match(r"^  (\w+): (.*)", line) if inside else None
+        if match:
+            current = match[1]
+            helps[current] = match[2]
+        elif inside and current and line.strip():
+            helps[current] += " " + line.strip()
+    return {name: text.split(". ")[0].rstrip(".") for name, text in helps.items()}
+
+
+def section_fields(section: str, values: dict | None = None) -> dict[str, Field]:
+    """The fields of a config section; the ``strategy`` section's depend on ``values["name"]``."""
+    if section == "strategy":
+        name = (values or {}).get("name", DEFAULT_STRATEGY)
+        if name not in _strategy_names():
+            choices = _strategy_names()
+            raise ConfigError(f"strategy.name: {name!r} is not valid; valid choices: {choices}{_suggest(name, choices)}")
+        return strategy_schema(name)
+    return SCHEMA[section]
 
 
 def optimizer_names() -> list[str]:
-    """The optax optimizer factories a config may name (``optax.adam``, ``optax.sgd``, ...)."""
-    import optax
+    """The optimizers a config may name (``clipup`` and the optax aliases ``adam``, ``sgd``, ...)."""
+    from es import optimizers
 
-    return sorted(
-        name for name in dir(optax)
-        if inspect.isfunction(getattr(optax, name)) and getattr(optax, name).__module__ == "optax._src.alias"
-        and name not in _UNSUPPORTED_OPTIMIZERS
-    )
+    return optimizers.names()
 
 
 def schedule_names() -> list[str]:
@@ -170,16 +277,17 @@ def _suggest(word: str, choices) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _check_known(section: str, key: str | None = None, context: str = "") -> None:
-    """Raise unless ``section`` (and ``section.key``) exist in ``SCHEMA``, naming the valid choices."""
+def _check_known(section: str, key: str | None = None, context: str = "", values: dict | None = None) -> None:
+    """Raise unless ``section`` (and ``section.key``) exist, naming the valid choices."""
     if section not in SCHEMA:
         raise ConfigError(
             f"{context}unknown config section {section!r}; valid sections: {list(SCHEMA)}{_suggest(section, SCHEMA)}"
         )
-    fields = SCHEMA[section]
+    fields = section_fields(section, values)
     if key is not None and key not in fields:
+        of = f"{section} ({values.get('name', DEFAULT_STRATEGY)})" if section == "strategy" else section
         raise ConfigError(
-            f"{context}unknown key '{section}.{key}'; valid keys of {section}: {list(fields)}{_suggest(key, fields)}"
+            f"{context}unknown key '{section}.{key}'; valid keys of {of}: {list(fields)}{_suggest(key, fields)}"
         )
 
 
@@ -190,14 +298,15 @@ def resolve(raw: dict) -> dict:
     for section in raw:
         _check_known(section)
     config = {}
-    for section, fields in SCHEMA.items():
+    for section in SCHEMA:
         given = raw.get(section, {})
         if given is None:
             given = {}
         if not isinstance(given, dict):
-            raise ConfigError(f"config section {section!r} must be a mapping of {list(fields)}, got {given!r}.")
+            raise ConfigError(f"config section {section!r} must be a mapping, got {given!r}.")
+        fields = section_fields(section, given)
         for key in given:
-            _check_known(section, key)
+            _check_known(section, key, values=given)
         config[section] = {}
         for key, field in fields.items():
             where = f"{section}.{key}"
@@ -224,8 +333,10 @@ def _check_value(where: str, field: Field, value: Any) -> Any:
             null = " or null" if kind == "optional_int" else ""
             raise ConfigError(f"{where} must be an int{null} ({field.help}), got {value!r} ({_type_name(value)}).")
         return int(value)
-    if kind == "float":
+    if kind == "float" or (kind == "optional_float" and value is not None):
         return _check_float(where, value, field.help)
+    if kind == "optional_float":
+        return None
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{where} must be true or false ({field.help}), got {value!r}.")
@@ -291,19 +402,20 @@ def _check_optimizer(where: str, value: Any) -> dict:
     for key, arg in kwargs.items():
         if isinstance(arg, dict):
             _check_schedule(f"{where}.{key}", arg)
-    import optax
+    from es import optimizers
 
-    _bind(where, f"optax.{name}", getattr(optax, name), kwargs)
+    factory = optimizers.factory(name)
+    _bind(where, f"{factory.__module__.split('.')[0]}.{name}", factory, kwargs)
     return value
 
 
 def _check_noise(where: str, value: Any) -> dict:
     if isinstance(value, str):
         value = {"name": value}
-    if not isinstance(value, dict) or value.get("name") not in NOISE_DEFAULTS:
-        raise ConfigError(f"{where} must be one of {list(NOISE_DEFAULTS)} or {{name: table, size: INT, seed: INT}}, "
+    if not isinstance(value, dict) or value.get("name") not in NOISE_NAMES:
+        raise ConfigError(f"{where} must be one of {list(NOISE_NAMES)} or {{name: table, size: INT, seed: INT}}, "
                           f"got {value!r}.")
-    defaults = NOISE_DEFAULTS[value["name"]]
+    defaults = _noise_defaults(value["name"])
     for key in value:
         if key != "name" and key not in defaults:
             raise ConfigError(f"unknown key '{where}.{key}'; valid keys of {value['name']} noise: "
@@ -311,14 +423,16 @@ def _check_noise(where: str, value: Any) -> dict:
     resolved = {"name": value["name"]}
     for key, default in defaults.items():
         resolved[key] = _check_value(f"{where}.{key}", Field("int", default, "an int"), value.get(key, default))
-    if value["name"] == "table":
-        from es.noise import _MAX_TABLE_SIZE
-
-        if not 1 <= resolved["size"] <= _MAX_TABLE_SIZE:
-            raise ConfigError(f"{where}.size must be in [1, 2**31 - 1] (float32 values in the table; at least 10x "
-                              f"the number of parameters is best, e.g. {NOISE_DEFAULTS['table']['size']}), "
-                              f"got {resolved['size']}.")
+    _build_noise(where, resolved)  # the noise source's own checks, named by key
     return resolved
+
+
+def _build_noise(where: str, resolved: dict):
+    kwargs = {key: value for key, value in resolved.items() if key != "name"}
+    try:
+        return _noise_class(resolved["name"])(**kwargs)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{where}: {error}") from None
 
 
 def _bind(where: str, what: str, factory: Callable, kwargs: dict) -> None:
@@ -334,7 +448,11 @@ def _bind(where: str, what: str, factory: Callable, kwargs: dict) -> None:
 
 
 def apply_overrides(config: dict, overrides: list[str]) -> dict:
-    """``config`` with each ``"section.key[.sub...]=VALUE"`` applied (VALUE parsed as YAML)."""
+    """``config`` with each ``"section.key[.sub...]=VALUE"`` applied (VALUE parsed as YAML).
+
+    ``"section={...}"`` replaces a whole section, e.g. to switch strategy:
+    ``--set 'strategy={name: SNES, popsize: 64}'``.
+    """
     config = copy.deepcopy(config)
     for override in overrides:
         if "=" not in override:
@@ -342,11 +460,14 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
         dotted, text = override.split("=", 1)
         path = dotted.strip().split(".")
         value = parse_yaml(text, f"the value of --set {dotted}")
+        if len(path) == 1 and path[0] in SCHEMA and isinstance(value, dict):
+            config[path[0]] = value  # a whole section, e.g. --set 'strategy={name: SNES, popsize: 64}'
+            continue
         if len(path) < 2 or not all(path):
             raise ConfigError(f"--set {dotted}: name a key as section.key (sections: {list(SCHEMA)}), "
                               "e.g. --set strategy.popsize=512.")
         section = path[0]
-        _check_known(section, path[1], context=f"--set {dotted}: ")
+        _check_known(section, path[1], context=f"--set {dotted}: ", values=config.get(section) or {})
         node = config.setdefault(section, {})
         for depth, part in enumerate(path[1:-1], start=1):
             child = node.get(part)
@@ -368,7 +489,7 @@ class Experiment(NamedTuple):
     """What a resolved config builds (no JAX computation yet)."""
 
     task: Any
-    strategy: Any  # es.OpenES
+    strategy: Any  # an es.Strategy
 
 
 def _schedule(where: str, value: dict) -> Callable:
@@ -404,9 +525,7 @@ def _check_schedule_values(where: str, schedule: Callable, generations: int, pos
 
 
 def build(config: dict) -> Experiment:
-    """The task and the ``es.OpenES`` of a resolved config; raises ``ConfigError``."""
-    import optax
-
+    """The task and the strategy of a resolved config; raises ``ConfigError``."""
     import es
     import tasks
 
@@ -416,34 +535,43 @@ def build(config: dict) -> Experiment:
         task = tasks.make(task_config["name"], **task_config["options"])
     except (TypeError, ValueError) as error:
         raise ConfigError(f"task.options: {error}") from None
-
-    sigma = strategy_config["sigma"]
-    if isinstance(sigma, dict):
-        sigma = _schedule("strategy.sigma", sigma)
-        _check_schedule_values("strategy.sigma", sigma, generations, positive=True)
-    optimizer_config = strategy_config["optimizer"]
+    name = strategy_config["name"]
     kwargs = {}
-    for key, arg in optimizer_config.items():
+    for key, field in strategy_schema(name).items():
+        where, value = f"strategy.{key}", strategy_config[key]
         if key == "name":
             continue
-        if isinstance(arg, dict):
-            arg = _schedule(f"strategy.optimizer.{key}", arg)
-            _check_schedule_values(f"strategy.optimizer.{key}", arg, generations, positive=False)
-        kwargs[key] = arg
+        if field.kind == "schedule" and isinstance(value, dict):
+            value = _schedule(where, value)
+            _check_schedule_values(where, value, generations, positive=True)
+        elif field.kind == "optimizer":
+            value = _build_optimizer(where, value, generations)
+        elif field.kind == "noise":
+            value = _build_noise(where, value)
+        kwargs[key] = value
     try:
-        optimizer = getattr(optax, optimizer_config["name"])(**kwargs)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"strategy.optimizer: optax.{optimizer_config['name']}(...) failed: {error}") from None
-    noise_config = strategy_config["noise"]
-    options = {k: v for k, v in strategy_config.items() if k not in ("sigma", "optimizer", "noise")}
-    try:
-        noise = es.NoiseTable(noise_config["size"], noise_config["seed"]) if noise_config["name"] == "table" \
-            else es.GaussianNoise()
-        strategy = es.OpenES(sigma=sigma, optimizer=optimizer, noise=noise, **options)
+        strategy = es.STRATEGIES[name](**kwargs)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"strategy: {error}") from None
     _check_run(config["run"])
     return Experiment(task, strategy)
+
+
+def _build_optimizer(where: str, value: dict, generations: int):
+    from es import optimizers
+
+    kwargs = {}
+    for key, arg in value.items():
+        if key == "name":
+            continue
+        if isinstance(arg, dict):
+            arg = _schedule(f"{where}.{key}", arg)
+            _check_schedule_values(f"{where}.{key}", arg, generations, positive=False)
+        kwargs[key] = arg
+    try:
+        return optimizers.make(value["name"], **kwargs)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{where}: {value['name']}(...) failed: {error}") from None
 
 
 def _check_run(run: dict) -> None:
@@ -457,40 +585,44 @@ def _check_run(run: dict) -> None:
         raise ConfigError(f"run.num_devices must be >= 1 or null (all devices), got {run['num_devices']}.")
 
 
-def check_optimizer_traces(strategy, params) -> None:
-    """Trace (without compiling) one optimizer step on ``params`` so bad optimizer arguments fail here."""
+def check_update_traces(strategy, state) -> None:
+    """Trace (without compiling) one update of ``strategy`` from ``state``, so bad optimizer arguments fail here."""
     import jax
+    import jax.numpy as jnp
 
+    import es
+
+    popsize = strategy.popsize
+    dim = es.engine.num_params(state.params)
+    zeros = jnp.zeros((popsize,), jnp.float32)
+    coefficients = es.Coefficients(zeros, zeros if strategy.uses_squares else None)
+    sums = es.Sums(jnp.zeros((dim,), jnp.float32), jnp.zeros((dim,), jnp.float32) if strategy.uses_squares else None)
     try:
-        jax.eval_shape(lambda p: strategy.optimizer.update(p, strategy.optimizer.init(p), p), params)
+        jax.eval_shape(lambda s: strategy.update(s, coefficients, sums), state)
     except Exception as error:  # optax raises many types for bad hyperparameters
-        raise ConfigError(f"strategy.optimizer: one update step fails with these arguments: {error}") from None
+        raise ConfigError(f"strategy: one update step fails with these settings: {error}") from None
 
 
 def initial_state(task, strategy, seed: int, fitness=None):
-    """``(fitness, state)`` of a new run: params from ``task.init_params`` and the run key, both from ``seed``.
+    """``(fitness, state)`` of a new run, seeded as ``es.init_from_seed`` seeds every run.
 
-    ``init_key, run_key = split(key(seed))``. ``fitness`` is what the run evolves with
-    (default ``task.fitness``; e.g. an env task's ``counting_fitness``).
+    ``fitness`` is what the run evolves with (default ``task.fitness``; e.g. an env task's
+    ``counting_fitness``).
     """
-    import jax
+    import es
 
-    init_key, run_key = jax.random.split(jax.random.key(seed))
-    params = task.init_params(init_key)
-    check_optimizer_traces(strategy, params)
     fitness = task.fitness if fitness is None else fitness
-    return fitness, strategy.init(run_key, params, fitness=fitness)
+    state = es.init_from_seed(strategy, seed, task.init_params, fitness=fitness)
+    check_update_traces(strategy, state)
+    return fitness, state
 
 
 def identity(config: dict) -> dict:
-    """The part of a resolved config that determines a run's results.
+    """What of a resolved config ``es.run`` cannot see itself and a resume must not change.
 
-    A run may be resumed with another ``run.generations`` (to extend it),
-    ``run.segment`` or ``run.keep_checkpoints``, and, unless the strategy
-    exchanges gradients (whose rounding depends on the device count), with
-    another ``run.num_devices``.
+    The task, the strategy section and the seed; ``es.run`` adds the strategy's
+    own description and the execution's identity (batch sizes, and the
+    device count under ``exchange: gradient``), and refuses a resume where
+    any of them differs. Every other ``run`` key may change on resume.
     """
-    run = {"seed": config["run"]["seed"]}
-    if config["strategy"]["exchange"] == "gradient":
-        run["num_devices"] = config["run"]["num_devices"]
-    return {"task": config["task"], "strategy": config["strategy"], "run": run}
+    return {"task": config["task"], "strategy": config["strategy"], "seed": config["run"]["seed"]}

@@ -1,4 +1,4 @@
-"""Train with OpenAI-ES from a YAML config: progress bar, metrics log, checkpoints, learning curve.
+"""Train with any strategy from a YAML config: progress bar, metrics log, checkpoints, learning curve.
 
     python -m experiments.train CONFIG.yaml [--set section.key=VALUE ...] [--run-dir DIR]
     python -m experiments.train [CONFIG.yaml] --resume RUN_DIR [--set run.generations=400]
@@ -10,8 +10,9 @@ generation), ``checkpoints/<generation>/`` (the last ``run.keep_checkpoints``),
 ``--set`` values are YAML (``--set strategy.popsize=512``,
 ``--set 'strategy.sigma={schedule: cosine_decay, init_value: 1.0, decay_steps: 500}'``).
 ``--resume`` continues a stopped or killed run bit-identically; it may change
-only ``run.generations``, ``run.segment``, ``run.keep_checkpoints`` (and
-``run.num_devices`` unless ``strategy.exchange`` is ``gradient``).
+what ``es.run`` lets a resume change: ``run.generations``, ``run.segment``,
+``run.keep_checkpoints``, and ``run.num_devices`` and ``run.exchange`` unless
+the run uses (or switches to) ``exchange: gradient``.
 
 Every CPU core this process may use is one JAX device unless XLA_FLAGS or
 JAX_NUM_CPU_DEVICES says otherwise.
@@ -82,8 +83,9 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
 
             raise config_lib.ConfigError(
                 f"--resume {run_dir}: the config differs from the run's in what determines its results: "
-                f"{describe_difference(old, new, 'the run', 'now')}. Only run.generations, run.segment, run.keep_checkpoints "
-                "(and run.num_devices) may change; start a new run for anything else."
+                f"{describe_difference(old, new, 'the run', 'now')}. A resume may change only how the run executes "
+                "(run.generations, run.segment, run.keep_checkpoints, run.num_devices, run.exchange, as es.run "
+                "allows); start a new run for anything else."
             )
         return run_dir, config, True
     config = config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(config_lib.load(args.config)),
@@ -106,41 +108,18 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
 
 
 def make_mesh(config: dict, popsize: int):
-    """The mesh of ``run.num_devices`` devices (null: the most devices that divide popsize).
-
-    In a multi-process run the count is a multiple of the process count, so that every process takes part.
-    """
-    import jax
-
+    """The mesh of ``run.num_devices`` devices: ``es.make_mesh``'s policy (null: the most that divide popsize)."""
     import es
 
-    requested = config["run"]["num_devices"]
-    available = jax.device_count()
-    processes = es.distributed.process_count()
-    if requested is None:
-        counts = [n for n in range(processes, available + 1, processes) if popsize % n == 0]
-        if not counts:
-            raise config_lib.ConfigError(
-                f"strategy.popsize={popsize} cannot be split over the {processes} processes of this run: "
-                f"use a popsize divisible by {processes}, or fewer processes."
-            )
-        return es.make_mesh(max(counts))
-    if requested > available:
-        raise config_lib.ConfigError(
-            f"run.num_devices={requested}, but only {available} device(s) exist; use null (all) or at most "
-            f"{available}. {es.mesh.EMULATE_HINT}"
-        )
-    if popsize % requested:
-        raise config_lib.ConfigError(
-            f"strategy.popsize={popsize} is not divisible by run.num_devices={requested}; "
-            f"use a multiple of {requested} or another device count."
-        )
-    if requested % processes:
-        raise config_lib.ConfigError(
-            f"run.num_devices={requested} is not a multiple of the {processes} processes of this run, which "
-            f"all take part; use null (every device) or a multiple of {processes}."
-        )
-    return es.make_mesh(requested)
+    try:
+        return es.make_mesh(config["run"]["num_devices"], popsize=popsize)
+    except (TypeError, ValueError) as error:
+        raise config_lib.ConfigError(f"run.num_devices / strategy.popsize: {error}") from None
+
+
+def execution(config: dict) -> dict:
+    """The keyword arguments of ``es.evolve``/``es.run`` that say how the run executes."""
+    return {key: config["run"][key] for key in ("exchange", "eval_batch_size", "update_batch_size")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         processes = es.distributed.process_count()
         where = f" in {processes} processes" if processes > 1 else ""
         print(
-            f"{config['task']['name']}({options}) | OpenES popsize {strategy.popsize} | {run['generations']} "
+            f"{config['task']['name']}({options}) | {type(strategy).__name__} popsize {strategy.popsize} | "
+            f"{run['generations']} "
             f"generations in segments of {run['segment']} | {mesh.size} {jax.default_backend()} device(s)"
             f"{where}\nrun dir: {run_dir}" + (" (resuming)" if resuming else ""),
             flush=True,
@@ -187,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         result = es.run(
             strategy, fitness, state, run["generations"], run_dir=run_dir, segment=run["segment"],
             keep_checkpoints=run["keep_checkpoints"], config=config_lib.identity(config), resume=resuming,
-            mesh=mesh, progress=not args.no_progress, description=config["task"]["name"],
+            mesh=mesh, progress=not args.no_progress, description=config["task"]["name"], **execution(config),
         )
     except es.CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -206,7 +186,7 @@ def _prepare_run(args: argparse.Namespace):
         task, strategy = config_lib.build(config)
         fitness, state = config_lib.initial_state(task, strategy, config["run"]["seed"])
         mesh = make_mesh(config, strategy.popsize)
-        check_evolve_args(strategy, fitness, state, config["run"]["generations"], mesh)
+        check_evolve_args(strategy, fitness, state, config["run"]["generations"], mesh, **execution(config))
     except config_lib.ConfigError as error:
         return str(error), None
     except (TypeError, ValueError) as error:  # es's own checks of the strategy against the task

@@ -22,9 +22,9 @@ def test_only_fitness_scalars_cross_devices_with_100k_params_on_8_devices():
 
 
 def test_gradient_exchange_moves_a_params_sized_vector():
-    strategy = es.OpenES(popsize=64, sigma=0.1, exchange="gradient")
+    strategy = es.OpenES(popsize=64, sigma=0.1)
     state = strategy.init(jax.random.key(0), jnp.zeros(10_000))
-    report = es.collectives_report(strategy, sphere, state, es.make_mesh(8))
+    report = es.collectives_report(strategy, sphere, state, es.make_mesh(8), exchange="gradient")
     assert report.max_bytes >= 10_000 * 4
     assert "all-reduce" in {c.op for c in report.collectives}
 

@@ -32,9 +32,9 @@ def policy_params(key):
     return {"w1": 0.1 * jax.random.normal(k1, (4, 32)), "w2": 0.1 * jax.random.normal(k2, (32, 4))}
 
 
-def run(strategy, fitness_fn, params, generations, num_devices, seed=0):
+def run(strategy, fitness_fn, params, generations, num_devices, seed=0, **execution):
     state = strategy.init(jax.random.key(seed), params)
-    return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices))
+    return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices), **execution)
 
 
 @pytest.mark.parametrize(
@@ -53,10 +53,11 @@ def test_bit_identical_across_device_counts(fitness_fn, params):
 
 
 def test_bit_identical_across_device_counts_without_antithetic_and_with_small_batches():
-    strategy = es.OpenES(popsize=48, sigma=0.1, antithetic=False, eval_batch_size=2, update_batch_size=5, fitness_shaping="z_score")
-    reference = run(strategy, noisy_policy_return, policy_params(jax.random.key(2)), 3, num_devices=1)
+    strategy = es.OpenES(popsize=48, sigma=0.1, antithetic=False, fitness_shaping="z_score")
+    batches = dict(eval_batch_size=2, update_batch_size=5)
+    reference = run(strategy, noisy_policy_return, policy_params(jax.random.key(2)), 3, num_devices=1, **batches)
     for num_devices in (2, 4, 8):
-        result = run(strategy, noisy_policy_return, policy_params(jax.random.key(2)), 3, num_devices)
+        result = run(strategy, noisy_policy_return, policy_params(jax.random.key(2)), 3, num_devices, **batches)
         chex.assert_trees_all_equal(result, reference)
 
 

@@ -19,14 +19,16 @@ SOURCES = [es.GaussianNoise(), es.NoiseTable(size=8192, seed=2)]
 SOURCE_IDS = ["prng", "table"]
 
 
-def run(strategy, params, generations, num_devices):
+def run(mode, params, generations, num_devices):
+    strategy, exchange = mode
     state = strategy.init(jax.random.key(1), params)
-    return es.evolve(strategy, rastrigin, state, generations, mesh=es.make_mesh(num_devices))
+    return es.evolve(strategy, rastrigin, state, generations, mesh=es.make_mesh(num_devices), exchange=exchange)
 
 
 def strategies(**kwargs):
-    common = dict(popsize=64, sigma=0.1, optimizer=optax.sgd(0.01), **kwargs)
-    return es.OpenES(exchange="fitness", **common), es.OpenES(exchange="gradient", **common)
+    """``(strategy, exchange)`` of the same OpenES in "fitness" and "gradient" mode."""
+    strategy = es.OpenES(popsize=64, sigma=0.1, optimizer=optax.sgd(0.01), **kwargs)
+    return (strategy, "fitness"), (strategy, "gradient")
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
@@ -68,10 +70,10 @@ def test_bytes_per_generation_of_each_exchange_mode_with_the_noise_table():
     """"fitness": popsize floats (the table is never sent). "gradient": that plus one params-sized vector."""
     popsize, dim, slack = 64, 5_000, 64
     fitness_mode, gradient_mode = strategies(noise=SOURCES[1])
-    state = fitness_mode.init(jax.random.key(0), jnp.zeros(dim))
+    state = fitness_mode[0].init(jax.random.key(0), jnp.zeros(dim))
     mesh = es.make_mesh(8)
-    fitness_report = es.collectives_report(fitness_mode, sphere, state, mesh)
-    gradient_report = es.collectives_report(gradient_mode, sphere, state, mesh)
+    fitness_report = es.collectives_report(fitness_mode[0], sphere, state, mesh, exchange="fitness")
+    gradient_report = es.collectives_report(gradient_mode[0], sphere, state, mesh, exchange="gradient")
     assert fitness_report.total_bytes <= 4 * popsize + slack, str(fitness_report)
     assert 4 * dim <= gradient_report.total_bytes <= 4 * (popsize + dim) + slack, str(gradient_report)
     assert "all-reduce" in {c.op for c in gradient_report.crossing}

@@ -15,7 +15,7 @@ from jax.flatten_util import ravel_pytree
 import es
 from es import engine, population
 from es.fitness import FitnessRef
-from es.batching import default_eval_batch_size
+from es.batching import default_eval_batch_size, map_chunks
 from es.noise import standard_normal
 
 SOURCES = [es.GaussianNoise(), es.NoiseTable(size=4096, seed=3)]
@@ -126,8 +126,8 @@ def evaluate_both_ways(params, sigma):
 
     @functools.partial(jax.jit, static_argnums=0)
     def evaluate(pairs):
-        mean = (flat, unravel, jnp.float32(sigma))
-        return engine.evaluate_members(strategy, fitness, None, gen_key, mean, (), members, 6, pairs=pairs)
+        generation = population.Generation(strategy.noise, None, gen_key, flat, unravel, jnp.float32(sigma), True)
+        return map_chunks(lambda chunk: fitness.evaluate(generation, chunk, (), pairs), members, 6)
 
     return evaluate(True), evaluate(False)
 
@@ -200,8 +200,8 @@ def test_compiled_memory_is_flat_in_popsize(source):
     def temp_bytes(popsize):
         strategy = es.OpenES(popsize=popsize, noise=source)
         state = strategy.init(jax.random.key(0), jnp.ones(dim))
-        compiled = engine._evolve_compiled.lower(strategy, FitnessRef(rastrigin), es.make_mesh(1), 1, state).compile()
-        return compiled.memory_analysis().temp_size_in_bytes
+        evolve = jax.jit(lambda s: es.evolve(strategy, rastrigin, s, 1, mesh=es.make_mesh(1)))
+        return evolve.lower(state).compile().memory_analysis().temp_size_in_bytes
 
     small, large = temp_bytes(512), temp_bytes(4096)
     assert large - small < 64 * (4096 - 512), (small, large)  # 64 B/member; a perturbation is 80,000 B

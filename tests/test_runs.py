@@ -138,7 +138,7 @@ def test_checkpoints_restore_the_same_kind_of_key(tmp_path, key):
 
 def test_resume_refuses_a_checkpoint_of_another_config(tmp_path):
     run(tmp_path, 4)
-    with pytest.raises(es.CheckpointError, match=r"another config: seed: checkpoint has 0, this run has 1"):
+    with pytest.raises(es.CheckpointError, match=r"made by another run: config.seed: checkpoint has 0, this run has 1"):
         run(tmp_path, 6, resume=True, config={"task": "sphere", "seed": 1})
 
 
@@ -163,25 +163,41 @@ def test_resume_refuses_another_initial_state(tmp_path):
         run(tmp_path, 6, resume=True, state=initial_state(seed=1))
 
 
+def corrupt_checksum(path):
+    meta = path / "meta" / "metadata"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "sha256": "0" * 64}))  # arrays no longer match
+
+
+def corrupt_metadata(path):
+    (path / "meta" / "metadata").write_text("{not json")
+
+
+def corrupt_arrays(path):
+    for data in (path / "arrays").rglob("*"):
+        if data.is_file() and data.parent.name == "d":  # the array data files
+            data.write_bytes(b"\x00garbage" * 8)
+
+
 # Orbax leaves an asyncio callback behind when tensorstore fails to read garbage; harmless here.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_corrupt_checkpoints_are_refused(tmp_path):
+@pytest.mark.parametrize("corrupt", [corrupt_checksum, corrupt_metadata, corrupt_arrays])
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one_with_a_warning(tmp_path, corrupt):
     run(tmp_path, 8)
-    latest = tmp_path / "checkpoints" / "8"
-    meta = latest / "meta" / "metadata"
-    record = json.loads(meta.read_text())
-    record["sha256"] = "0" * 64  # arrays that no longer match their checksum
-    meta.write_text(json.dumps(record))
-    with pytest.raises(es.CheckpointError, match=r"corrupt: its arrays do not match the checksum.*generation 4"):
-        run(tmp_path, 10, resume=True)
-    meta.write_text("{not json")
-    with pytest.raises(es.CheckpointError, match="corrupt or incomplete"):
-        run(tmp_path, 10, resume=True)
-    meta.write_text(json.dumps(record))
-    for path in (latest / "arrays").rglob("*"):
-        if path.is_file() and path.parent.name == "d":  # the array data files
-            path.write_bytes(b"\x00garbage" * 8)
-    with pytest.raises(es.CheckpointError, match="corrupt"):
+    corrupt(tmp_path / "checkpoints" / "8")
+    with pytest.warns(es.CheckpointWarning, match=r"checkpoints/8 is corrupt.*previous intact checkpoint.*/4 \(generation 4\)"):
+        result = run(tmp_path, 10, resume=True)
+    final, metrics = reference(10)
+    chex.assert_trees_all_equal(result.state, final)  # generations 4..10 were run again
+    assert_log_matches(tmp_path, metrics, 10)
+    assert (tmp_path / "corrupt_checkpoints" / "8" / "meta").is_dir()  # kept aside, not deleted
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [4, 8, 10]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_run_whose_every_checkpoint_is_corrupt_is_refused(tmp_path):
+    run(tmp_path, 4)
+    corrupt_checksum(tmp_path / "checkpoints" / "4")
+    with pytest.raises(es.CheckpointError, match=r"no intact checkpoint.*checksum.*Start a new run"):
         run(tmp_path, 10, resume=True)
 
 
@@ -194,7 +210,7 @@ def test_a_checkpoint_whose_metadata_lacks_a_field_is_refused(tmp_path):
         record = json.loads(meta.read_text())
         for field in ("sha256", "config", "initial_sha256", "history"):
             meta.write_text(json.dumps({name: value for name, value in record.items() if name != field}))
-            with pytest.raises(es.CheckpointError, match=rf"checkpoint .*3 is corrupt .*lacks the field {field}\."):
+            with pytest.raises(es.CheckpointError, match=rf"checkpoint .*3 is corrupt .*lacks the field {field}$"):
                 checkpointer.restore(3, like=initial_state())
 
 

@@ -179,11 +179,20 @@ def test_state_of_wrong_type():
         es.evolve(es.OpenES(popsize=8), sphere, {"params": jnp.ones(3)}, 1)
 
 
-def test_other_options():
+def test_execution_options_belong_to_evolve_and_are_checked_there(state):
+    for name, value in (("exchange", "gradient"), ("eval_batch_size", 4), ("update_batch_size", 4)):
+        with raises(TypeError, f"OpenES({name}=...)", "no longer part of the strategy", f"es.evolve(", f"{name}="):
+            es.OpenES(popsize=8, **{name: value})
+    strategy = es.OpenES(popsize=8, sigma=0.1)
     with raises(ValueError, "exchange='all'", "fitness", "gradient"):
-        es.OpenES(popsize=8, exchange="all")
+        es.evolve(strategy, sphere, state, 1, exchange="all")
     with raises(ValueError, "eval_batch_size=0"):
-        es.OpenES(popsize=8, eval_batch_size=0)
+        es.evolve(strategy, sphere, state, 1, eval_batch_size=0)
+    with raises(ValueError, "update_batch_size=-1"):
+        es.evolve(strategy, sphere, state, 1, update_batch_size=-1)
+
+
+def test_other_options():
     with raises(TypeError, "noise"):
         es.OpenES(popsize=8, noise="table")
     with raises(TypeError, "antithetic"):

@@ -135,9 +135,9 @@ def child_bytes() -> dict:
     rows = []
 
     def measure(popsize, dim, exchange):
-        strategy = es.OpenES(popsize=popsize, sigma=0.05, exchange=exchange)
+        strategy = es.OpenES(popsize=popsize, sigma=0.05)
         state = strategy.init(jax.random.key(0), jnp.zeros(dim))
-        report = es.collectives_report(strategy, sphere, state, mesh)
+        report = es.collectives_report(strategy, sphere, state, mesh, exchange=exchange)
         rows.append({
             "popsize": popsize, "params": dim, "exchange": exchange, "total_bytes": report.total_bytes,
             "collectives": [f"{c.op} {_LAYOUT.sub('', c.result)} over {c.group_size} devices"

@@ -51,13 +51,15 @@ def child(num_devices: int, dims: list[int], popsizes: list[int], rounds: int, w
             row = {"params": dim, "popsize": popsize, "devices": num_devices, "generations": generations}
             calls = {}
             for exchange in ("fitness", "gradient"):
-                strategy = es.OpenES(popsize=popsize, sigma=0.01, exchange=exchange)
+                strategy = es.OpenES(popsize=popsize, sigma=0.01)
                 state = strategy.init(jax.random.key(0), jnp.ones(dim))
-                run = jax.jit(lambda s, strategy=strategy: es.evolve(strategy, sphere, s, generations, mesh=mesh))
+                run = jax.jit(lambda s, strategy=strategy, exchange=exchange: es.evolve(
+                    strategy, sphere, s, generations, mesh=mesh, exchange=exchange))
                 compiled = run.lower(state).compile()
                 jax.block_until_ready(compiled(state))
                 calls[exchange] = (compiled, state)
-                row[f"{exchange}_bytes"] = es.collectives_report(strategy, sphere, state, mesh).total_bytes
+                row[f"{exchange}_bytes"] = es.collectives_report(
+                    strategy, sphere, state, mesh, exchange=exchange).total_bytes
                 row[f"{exchange}_s"] = []
             for _ in range(rounds):
                 for exchange, (compiled, state) in calls.items():

@@ -281,9 +281,9 @@ def bytes_child(configs: list[list[int]]) -> None:
     for dim, popsize in configs:
         row = {"params": dim, "popsize": popsize}
         for exchange in ("fitness", "gradient"):
-            strategy = es.OpenES(popsize=popsize, sigma=SIGMA, exchange=exchange)
+            strategy = es.OpenES(popsize=popsize, sigma=SIGMA)
             state = strategy.init(jax.random.key(0), jnp.zeros(dim))
-            report = es.collectives_report(strategy, lambda x, k: -jnp.sum(x * x), state, mesh)
+            report = es.collectives_report(strategy, lambda x, k: -jnp.sum(x * x), state, mesh, exchange=exchange)
             row[exchange] = report.total_bytes
         rows.append(row)
     _emit({"rows": rows})
@@ -324,14 +324,14 @@ def reconstruction_child(dims: list[int]) -> None:
         vectors = popsize // 2
         row = {"params": dim, "noise_vectors": vectors}
         for name, noise in (("es PRNG", es.GaussianNoise()), ("es table", es.NoiseTable(size=TABLE_SIZE))):
-            strategy = es.OpenES(popsize=popsize, noise=noise)
             aux = jax.block_until_ready(jax.jit(noise.prepare, static_argnums=0)(dim))
             batch = es.batching.default_update_batch_size(dim)
-            rebuild = jax.jit(
-                lambda aux, w, strategy=strategy, batch=batch, dim=dim: engine._weighted_noise_sum(
-                    strategy, aux, gen_key, w, members, dim, batch
-                )
-            )
+
+            def rebuild(aux, w, noise=noise, batch=batch, dim=dim):
+                generation = population.Generation(noise, aux, gen_key, jnp.zeros(dim), None, 1.0, True)
+                return engine.rebuild_sums(generation, es.Coefficients(w), members, batch).linear
+
+            rebuild = jax.jit(rebuild)
             seconds = best_of(lambda: rebuild(aux, weights).block_until_ready(), repeats)
             row[name] = vectors * dim / seconds
         draw = jax.jit(lambda k, dim=dim: jax.random.normal(k, (vectors, dim)))  # what evosax's ask draws

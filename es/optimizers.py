@@ -1,0 +1,94 @@
+"""Optimizers for the mean: ``es.clipup``, and every optimizer a config may name.
+
+A strategy's ``optimizer`` is any ``optax.GradientTransformation``; it
+receives the negated ascent direction (optax minimises). ``make(name,
+**kwargs)`` builds one by name, ``es.clipup`` or an ``optax`` alias, so that
+configs and strategy defaults can describe optimizers as data.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from es import validation
+
+PyTree = Any
+
+# optax optimizers whose update needs more than (updates, state, params) cannot drive ES.
+_UNSUPPORTED = {"lbfgs", "polyak_sgd"}
+
+
+class ClipUpState(NamedTuple):
+    """The velocity of ``clipup`` (same structure as the params)."""
+
+    velocity: PyTree
+
+
+def clipup(learning_rate: float, max_speed: float, momentum: float = 0.9) -> optax.GradientTransformation:
+    """ClipUp (Toklu et al. 2020, "ClipUp: a simple and powerful optimizer for distribution-based policy evolution").
+
+    With ``g`` the gradient it receives (of the loss: optax minimises) and
+    ``v`` the velocity::
+
+        v <- momentum * v + learning_rate * g / ||g||
+        v <- v * min(1, max_speed / ||v||)
+        update = -v
+
+    The step length is ``learning_rate`` (with momentum up to
+    ``learning_rate / (1 - momentum)``), clipped at ``max_speed``, whatever
+    the gradient's scale; the paper recommends ``learning_rate = max_speed / 2``.
+    Norms are over the whole params pytree. A zero gradient leaves ``v``
+    decaying by ``momentum``.
+
+    Args:
+      learning_rate: step added to the velocity per update (> 0).
+      max_speed: largest norm of an update (> 0), in params units.
+      momentum: velocity decay in ``[0, 1)``.
+    """
+    validation.check_float("es.clipup", "learning_rate", learning_rate, positive=True, example="0.15")
+    validation.check_float("es.clipup", "max_speed", max_speed, positive=True, example="0.3")
+    validation.check_float("es.clipup", "momentum", momentum, minimum=0.0, maximum=0.999999, example="0.9")
+
+    def init(params):
+        return ClipUpState(jax.tree.map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None):
+        del params
+        norm = optax.tree.norm(updates)
+        unit = jnp.where(norm > 0, 1.0 / jnp.where(norm > 0, norm, 1.0), 0.0)
+        velocity = jax.tree.map(lambda v, g: momentum * v + learning_rate * unit * g, state.velocity, updates)
+        speed = optax.tree.norm(velocity)
+        clip = jnp.minimum(1.0, max_speed / jnp.maximum(speed, jnp.finfo(jnp.float32).tiny))
+        velocity = jax.tree.map(lambda v: (v * clip).astype(v.dtype), velocity)
+        return jax.tree.map(jnp.negative, velocity), ClipUpState(velocity)
+
+    return optax.GradientTransformation(init, update)
+
+
+def names() -> list[str]:
+    """Every optimizer ``make`` knows: ``clipup`` and the optax aliases (``adam``, ``sgd``, ...)."""
+    aliases = [
+        name for name in dir(optax)
+        if inspect.isfunction(getattr(optax, name)) and getattr(optax, name).__module__ == "optax._src.alias"
+        and name not in _UNSUPPORTED
+    ]
+    return sorted(["clipup", *aliases])
+
+
+def factory(name: str):
+    """The function ``make`` calls for ``name``."""
+    if name == "clipup":
+        return clipup
+    if name not in names():
+        raise ValueError(f"unknown optimizer {name!r}; use one of {names()}.")
+    return getattr(optax, name)
+
+
+def make(name: str, **kwargs) -> optax.GradientTransformation:
+    """The optimizer ``name(**kwargs)``, e.g. ``make("adam", learning_rate=0.01)``."""
+    return factory(name)(**kwargs)

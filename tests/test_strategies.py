@@ -1,0 +1,193 @@
+"""What every strategy must show: device-count invariance, what crosses devices, NaN safety, clear errors,
+ask/tell == evolve, tie-aware ranks, and that it optimises a sphere and a Rastrigin."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import rastrigin, sphere
+from test_engine import noisy_policy_return, policy_params
+from test_validation import raises
+
+import es
+
+# One instance of each strategy, with settings that suit the small test problems.
+STRATEGIES = {
+    "OpenES": es.OpenES(popsize=32, sigma=0.1, optimizer=optax.adam(0.05)),
+    "SNES": es.SNES(popsize=32, sigma=0.3),
+    "SNES-antithetic": es.SNES(popsize=32, sigma=0.3, antithetic=True),
+    "PGPE": es.PGPE(popsize=32, sigma=0.3, optimizer=es.clipup(0.1, max_speed=0.2)),
+    "ARS": es.ARS(popsize=32, sigma=0.1, top_k=8, learning_rate=0.05),
+    "SepCMAES": es.SepCMAES(popsize=32, sigma=0.3),
+}
+IDS = list(STRATEGIES)
+
+
+def evolve(strategy, fitness_fn, params, generations, num_devices=1, seed=0):
+    state = strategy.init(jax.random.key(seed), params)
+    return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices))
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_bit_identical_on_1_2_4_and_8_devices_with_a_key_using_fitness(name):
+    strategy = STRATEGIES[name]
+    params = policy_params(jax.random.key(1))
+    reference = evolve(strategy, noisy_policy_return, params, 3)
+    for num_devices in (2, 4, 8):
+        chex.assert_trees_all_equal(evolve(strategy, noisy_policy_return, params, 3, num_devices), reference)
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_only_popsize_sized_vectors_cross_devices_at_100k_params_on_8_devices(name):
+    strategy = STRATEGIES[name]
+    state = strategy.init(jax.random.key(0), jnp.zeros(100_000))
+    report = es.collectives_report(strategy, sphere, state, es.make_mesh(8))
+    assert report.crossing, "the fitness exchange must appear"
+    assert all(c.bytes <= 4 * strategy.popsize for c in report.crossing), str(report)
+    assert report.total_bytes <= 4 * strategy.popsize + 64, str(report)
+
+
+def nan_for_some_members(x, key):
+    """Sphere, but NaN or +-inf for about a third of the members."""
+    draw = jax.random.uniform(key)
+    value = -jnp.sum(x**2)
+    return jnp.where(draw < 0.1, jnp.nan, jnp.where(draw < 0.2, jnp.inf, jnp.where(draw < 0.3, -jnp.inf, value)))
+
+
+def all_finite(tree) -> bool:
+    return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact))
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_nan_and_inf_fitnesses_never_make_the_state_non_finite(name):
+    strategy = STRATEGIES[name]
+    state, metrics = evolve(strategy, nan_for_some_members, jnp.ones(20), 30, num_devices=8)
+    assert all_finite((state.params, state.strategy_state))
+    assert int(np.asarray(metrics["num_invalid"]).sum()) > 0
+    assert float(jnp.sum(state.params**2)) < 20.0  # still learns: started at 20
+    # A generation where every member fails changes nothing.
+    failed, failed_metrics = es.evolve(strategy, lambda x, k: jnp.nan, state, 2)
+    chex.assert_trees_all_equal((failed.params, failed.strategy_state), (state.params, state.strategy_state))
+    assert np.all(np.asarray(failed_metrics["num_invalid"]) == strategy.popsize)
+
+
+def quantized_sphere(x, key):
+    """A sphere whose value is an exact integer sum, so batching cannot change its rounding."""
+    del key
+    return -jnp.sum(jnp.round(x * 100) ** 2)
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_ask_tell_gives_the_params_of_evolve_bit_for_bit(name):
+    strategy = STRATEGIES[name]
+    state = strategy.init(jax.random.key(3), jnp.linspace(-1.0, 1.0, 30))
+    evolved, metrics = es.evolve(strategy, quantized_sphere, state, 4, mesh=es.make_mesh(4))
+    for _ in range(4):
+        population = es.ask(strategy, state)
+        chex.assert_shape(population, (strategy.popsize, 30))
+        fitness = np.array([float(quantized_sphere(member, None)) for member in population])
+        state, told = es.tell(strategy, state, fitness)
+    chex.assert_trees_all_equal(state, evolved)
+    chex.assert_trees_all_equal(told, jax.tree.map(lambda m: m[-1], metrics))
+
+
+def test_ask_builds_a_chunk_of_members_at_a_time():
+    strategy = STRATEGIES["SNES"]
+    state = strategy.init(jax.random.key(0), {"w": jnp.ones((3, 4)), "b": jnp.zeros(2)})
+    everyone = es.ask(strategy, state)
+    chunks = [es.ask(strategy, state, members=range(start, start + 8)) for start in range(0, 32, 8)]
+    chex.assert_trees_all_equal(jax.tree.map(lambda *c: jnp.concatenate(c), *chunks), everyone)
+    assert everyone["w"].shape == (32, 3, 4)
+
+
+@pytest.mark.parametrize("name", IDS)
+@pytest.mark.parametrize("problem", ["sphere", "rastrigin"])
+def test_it_optimises_a_sphere_and_a_rastrigin(name, problem):
+    strategy = STRATEGIES[name]
+    fitness_fn = {"sphere": sphere, "rastrigin": rastrigin}[problem]
+    x0 = jnp.full(10, 2.5)  # half-way between Rastrigin's local optima
+    start = float(fitness_fn(x0, None))
+    state, metrics = evolve(strategy, fitness_fn, x0, 150, num_devices=2)
+    final = float(fitness_fn(state.params, None))
+    if problem == "sphere":
+        assert final > 0.05 * start, (start, final)  # within 5% of the way from 0 (fitness is negative)
+    else:
+        assert final > 0.6 * start, (start, final)  # Rastrigin: at least 40% of the way, past local optima
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_tied_fitnesses_get_equal_weights(name):
+    strategy = STRATEGIES[name]
+    state = strategy.init(jax.random.key(0), jnp.zeros(5))
+    # Pairs of equal fitnesses; ARS scores directions, so there whole (+, -) pairs are repeated.
+    values = jnp.repeat(jnp.arange(strategy.popsize // 4, dtype=jnp.float32), 2)
+    fitness = jnp.concatenate([values, values]) if name == "ARS" else jnp.repeat(values, 2)
+    coefficients = strategy.coefficients(state.strategy_state, fitness)
+    for coefs in coefficients:
+        if coefs is None:
+            continue
+        coefs = np.asarray(coefs)
+        for value in np.unique(np.asarray(fitness)):
+            members = np.flatnonzero(np.asarray(fitness) == value)
+            if name == "ARS":  # members of equal (+, -) pairs share |a|
+                coefs = np.abs(coefs)
+            assert np.all(coefs[members] == coefs[members[0]]), (value, coefs[members])
+
+
+@pytest.mark.parametrize(
+    "make, exc, fragments",
+    [
+        (lambda: es.SNES(popsize=1), ValueError, ["SNES(popsize=1)", "at least 2"]),
+        (lambda: es.SNES(popsize=8, sigma=0.0), ValueError, ["SNES(sigma=0.0)", "> 0"]),
+        (lambda: es.SNES(popsize=7, antithetic=True), ValueError, ["popsize=7", "even", "antithetic=False"]),
+        (lambda: es.SNES(popsize=8, learning_rate=-1.0), ValueError, ["SNES(learning_rate=-1.0)", "> 0"]),
+        (lambda: es.SNES(popsize=8, sigma_learning_rate="fast"), TypeError, ["sigma_learning_rate", "float"]),
+        (lambda: es.PGPE(popsize=7), ValueError, ["PGPE(popsize=7", "always samples pairs", "popsize=8"]),
+        (lambda: es.PGPE(popsize=8, optimizer=optax.adam), TypeError, ["PGPE(optimizer=", "optax.GradientTransformation"]),
+        (lambda: es.PGPE(popsize=8, sigma_max_change=1.5), ValueError, ["sigma_max_change=1.5", "(0, 1.0]"]),
+        (lambda: es.PGPE(popsize=8, sigma_learning_rate=-0.1), ValueError, ["sigma_learning_rate=-0.1", ">= 0"]),
+        (lambda: es.PGPE(popsize=8, fitness_shaping="rank"), ValueError, ["fitness_shaping='rank'", "centered_rank"]),
+        (lambda: es.ARS(popsize=8, top_k=5), ValueError, ["ARS(top_k=5, popsize=8)", "top_k <= 4"]),
+        (lambda: es.ARS(popsize=8, top_k=0), ValueError, ["ARS(top_k=0)", "at least 1"]),
+        (lambda: es.ARS(popsize=8, top_k=2.0), TypeError, ["ARS(top_k=2.0)", "int"]),
+        (lambda: es.ARS(popsize=8, learning_rate=float("nan")), ValueError, ["learning_rate=nan", "finite"]),
+        (lambda: es.SepCMAES(popsize=3), ValueError, ["SepCMAES(popsize=3)", "at least 4"]),
+        (lambda: es.SepCMAES(popsize=8, sigma=-1.0), ValueError, ["SepCMAES(sigma=-1.0)", "> 0"]),
+        (lambda: es.SepCMAES(popsize=8, maximize=1), TypeError, ["maximize=1", "True or False"]),
+        (lambda: es.SepCMAES(popsize=8, noise="table"), TypeError, ["noise=", "es.NoiseTable"]),
+        (lambda: es.SNES(popsize=8, exchange="gradient"), TypeError, ["SNES(exchange=...)", "es.evolve("]),
+        (lambda: es.clipup(0.1, max_speed=0.0), ValueError, ["es.clipup(max_speed=0.0)", "> 0"]),
+        (lambda: es.clipup(0.1, 0.2, momentum=1.0), ValueError, ["es.clipup(momentum=1.0)"]),
+    ],
+)
+def test_bad_hyperparameters_are_refused_naming_the_argument_and_the_fix(make, exc, fragments):
+    with raises(exc, *fragments):
+        make()
+
+
+def test_a_state_of_another_strategy_kind_is_refused():
+    state = STRATEGIES["SNES"].init(jax.random.key(0), jnp.ones(4))
+    with raises(ValueError, "state.strategy_state does not match this SepCMAES", "strategy.init"):
+        es.evolve(STRATEGIES["SepCMAES"], sphere, state, 1)
+
+
+def test_clipup_normalises_the_gradient_and_caps_the_speed():
+    optimizer = es.clipup(learning_rate=0.1, max_speed=0.25, momentum=0.9)
+    params = {"a": jnp.zeros(3), "b": jnp.zeros(2)}
+    state = optimizer.init(params)
+    gradient = {"a": jnp.array([30.0, 0.0, -40.0]), "b": jnp.zeros(2)}  # norm 50
+    updates, state = optimizer.update(gradient, state, params)
+    np.testing.assert_allclose(updates["a"], [-0.06, 0.0, 0.08], rtol=1e-6)  # -0.1 * g / |g|
+    for _ in range(30):
+        updates, state = optimizer.update(gradient, state, params)
+    assert float(optax.tree.norm(updates)) == pytest.approx(0.25, rel=1e-6)  # v would reach 1.0 unclipped
+
+
+def test_describe_names_the_strategy_and_its_default_optimizer():
+    described = es.PGPE(popsize=8).describe()
+    assert described["name"] == "PGPE" and described["popsize"] == 8
+    assert described["optimizer"] == {"name": "clipup", "learning_rate": 0.15, "max_speed": 0.3}
+    assert es.OpenES(popsize=8, optimizer=optax.sgd(0.1)).describe()["optimizer"].startswith("<")
+    assert es.PGPE(popsize=8) == es.PGPE(popsize=8)  # the default optimizer is shared: one compilation
