@@ -5,9 +5,10 @@
     python -m experiments.reproduce --report-only                    # re-render docs from saved runs
 
 For each config (``experiments/configs/*.yaml``, the schema of
-``python -m experiments.train``) and seed, the script trains OpenAI-ES with
-``es.evolve`` in segments of ``run.segment`` generations, evaluates the mean
-parameters after every segment on held-out episodes (the learning curve), and
+``python -m experiments.train``) and seed, the script trains the config's
+strategy with ``es.run`` in segments of ``run.segment`` generations, evaluates
+the mean parameters after every segment on held-out episodes (its
+``on_segment`` hook: the learning curve), and
 finally evaluates them on ``--eval-episodes`` fresh episodes whose keys are
 never used in training. Each run is saved as JSON under
 ``experiments/results/``; the report (table and PNG learning curves) is
@@ -65,14 +66,15 @@ def load_config(path, generations: int | None = None) -> tuple[dict, Any]:
 def train(config: dict, task, strategy, seed: int, eval_episodes: int) -> dict:
     """One seed of a resolved config and its built task and strategy: the learning curve and the final evaluation.
 
-    Training follows ``python -m experiments.train`` with ``run.seed = seed`` generation for generation
-    (the same ``experiments.config.initial_state`` and mesh).
+    Training is ``python -m experiments.train``'s run with ``run.seed = seed`` generation for generation (the
+    same ``experiments.config.initial_state``, mesh and execution), through ``es.run``, whose ``on_segment``
+    hook evaluates the mean after every segment.
     """
     import jax
 
     import es
     from experiments.config import initial_state
-    from experiments.train import make_mesh
+    from experiments.train import execution, make_mesh
 
     config = {**config, "run": {**config["run"], "seed": seed}}
     generations, segment = config["run"]["generations"], config["run"]["segment"]
@@ -91,26 +93,27 @@ def train(config: dict, task, strategy, seed: int, eval_episodes: int) -> dict:
 
     curve = [{"generation": 0, "env_steps": 0.0, "return": evaluate(curve_eval, state, jax.random.fold_in(eval_key, 0)),
               "wall_s": 0.0, "fitness_mean": float("nan")}]
-    wall = 0.0
-    done = 0
-    while done < generations:
-        n = min(segment, generations - done)
+    evaluating = [0.0]  # seconds spent in on_segment, not training
+
+    def on_segment(done: es.Segment) -> None:
         start = time.perf_counter()
-        state, metrics = es.evolve(strategy, fitness, state, n, mesh=mesh)
-        jax.block_until_ready(state)
-        wall += time.perf_counter() - start
-        done += n
         curve.append({
-            "generation": done,
-            "env_steps": float(state.fitness_state.env_steps),
-            "return": evaluate(curve_eval, state, jax.random.fold_in(eval_key, done)),
-            "wall_s": wall,
-            "fitness_mean": float(metrics["fitness_mean"][-1]),
-            "reference_test_return": evaluate(reference_eval, state, jax.random.fold_in(reference_key, done)),
+            "generation": done.stop,
+            "env_steps": float(done.state.fitness_state.env_steps),
+            "return": evaluate(curve_eval, done.state, jax.random.fold_in(eval_key, done.stop)),
+            "wall_s": done.time_s - evaluating[0],
+            "fitness_mean": float(done.metrics["fitness_mean"][-1]),
+            "reference_test_return": evaluate(reference_eval, done.state, jax.random.fold_in(reference_key, done.stop)),
         })
-        print(f"  seed {seed} gen {done:5d}  return {curve[-1]['return']:9.2f}  "
+        evaluating[0] += time.perf_counter() - start
+        print(f"  seed {seed} gen {done.stop:5d}  return {curve[-1]['return']:9.2f}  "
               f"population mean {curve[-1]['fitness_mean']:9.2f}  steps {curve[-1]['env_steps']:.3g}  "
-              f"{wall:7.1f} s", flush=True)
+              f"{curve[-1]['wall_s']:7.1f} s", flush=True)
+
+    result = es.run(strategy, fitness, state, generations, segment=segment, mesh=mesh, on_segment=on_segment,
+                    progress=False, handle_signals=False, **execution(config))
+    state = result.state
+    wall = float(result.time_s[-1]) - evaluating[0] if generations else 0.0
     final_key = jax.random.fold_in(eval_key, FINAL_EVAL_INDEX)
     final_returns = np.asarray(jax.jit(final_task.rollout)(state.params, final_key, state.fitness_state.obs).returns)
     return {
@@ -118,6 +121,7 @@ def train(config: dict, task, strategy, seed: int, eval_episodes: int) -> dict:
         "seed": seed,
         "generations": generations,
         "popsize": strategy.popsize,
+        "strategy": type(strategy).__name__,
         "env_steps": float(state.fitness_state.env_steps),
         "wall_s": wall,
         "final_return_mean": float(np.mean(final_returns)),
@@ -161,7 +165,8 @@ def plot(env: str, runs: list[dict], path: Path) -> None:
         ax.set_ylabel(f"return of the mean policy ({CURVE_EPISODES} episodes)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"OpenAI-ES on {env}")
+    strategies = sorted({run.get("strategy", "OpenES") for run in runs})
+    fig.suptitle(f"{', '.join(strategies)} on {env}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -214,7 +219,7 @@ def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | No
     seeds = sorted({r["seed"] for rs in runs.values() for r in rs})
     eval_episodes = "/".join(str(n) for n in sorted({r["eval_episodes"] for rs in runs.values() for r in rs}))
     parts = [
-        "# Results: OpenAI-ES on gymnax environments",
+        "# Results on gymnax environments",
         "",
         "Generated by `python -m experiments.reproduce` from the configs in `experiments/configs/` "
         "(do not edit by hand; notes come from `experiments/results_notes.md`).",
