@@ -8,6 +8,7 @@ configs and strategy defaults can describe optimizers as data.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, NamedTuple
 
@@ -90,5 +91,21 @@ def factory(name: str):
 
 
 def make(name: str, **kwargs) -> optax.GradientTransformation:
-    """The optimizer ``name(**kwargs)``, e.g. ``make("adam", learning_rate=0.01)``."""
-    return factory(name)(**kwargs)
+    """The optimizer ``name(**kwargs)``, e.g. ``make("adam", learning_rate=0.01)``.
+
+    Built once per distinct (hashable) arguments and shared: optax
+    transformations are closures that compare by identity, so sharing makes
+    two strategies built from the same description equal (one jit
+    compilation, not one per object).
+    """
+    arguments = tuple(sorted(kwargs.items()))
+    try:
+        hash(arguments)
+    except TypeError:  # e.g. a mask dict: build a new one
+        return factory(name)(**kwargs)
+    return _shared(name, arguments)
+
+
+@functools.lru_cache(maxsize=None)
+def _shared(name: str, kwargs: tuple) -> optax.GradientTransformation:
+    return factory(name)(**dict(kwargs))

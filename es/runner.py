@@ -178,7 +178,8 @@ def run(
         ``exchange="gradient"``, whose rounding depends on it) but not the
         batch sizes, which fix the summation order.
       on_segment: called as ``on_segment(segment)`` with an ``es.Segment``
-        after each segment is logged and checkpointed, on every process (use
+        after each segment is logged and its checkpoint started (written
+        asynchronously), on every process (use
         ``es.is_writer()`` to write from one): your own logging, evaluation
         or dashboard. An exception it raises ends the run; the checkpoint of
         that segment stays.

@@ -228,19 +228,14 @@ def better(fitness: jax.Array, maximize: bool) -> jax.Array:
     return fitness if maximize else -fitness
 
 
-@functools.lru_cache(maxsize=None)
-def _shared_optimizer(name: str, kwargs: tuple):
-    from es import optimizers
-
-    return optimizers.make(name, **dict(kwargs))
-
-
 def optimizer_field(name: str, **kwargs) -> Any:
     """A dataclass field whose default is the optimizer ``name(**kwargs)`` (optax or ``es.clipup``).
 
-    The default object is built once and shared, so strategies with the
-    default compare equal (one jit compilation), and ``(name, kwargs)`` stay
-    in the field's metadata, where configs read the default from.
+    The default object is ``es.optimizers.make``'s shared one, so strategies
+    with the default compare equal (one jit compilation), and ``(name,
+    kwargs)`` stay in the field's metadata, where configs read the default from.
     """
-    factory = functools.partial(_shared_optimizer, name, tuple(sorted(kwargs.items())))
+    from es import optimizers
+
+    factory = functools.partial(optimizers.make, name, **kwargs)
     return dataclasses.field(default_factory=factory, metadata={"optimizer": {"name": name, **kwargs}})

@@ -118,3 +118,36 @@ def test_identity_ignores_what_a_resume_may_change():
     assert config_lib.identity(base) == config_lib.identity(extended)
     assert config_lib.identity(base) != config_lib.identity(resolved(["run.seed=1"]))
     assert config_lib.identity(base) != config_lib.identity(resolved(["strategy.sigma=0.1"]))
+
+
+def test_the_strategy_section_is_derived_from_each_strategy_s_fields():
+    for name, cls in es.STRATEGIES.items():
+        schema = config_lib.strategy_schema(name)
+        assert list(schema) == ["name", *cls.fields()]
+        config = resolved([f"strategy={{name: {name}, popsize: 8}}"])
+        _, strategy = config_lib.build(config)
+        assert strategy == cls(popsize=8), name  # every default is the dataclass's own
+        assert config_lib.resolve(config) == config
+    assert config_lib.strategy_schema("PGPE")["optimizer"].default == {"name": "clipup", "learning_rate": 0.15,
+                                                                      "max_speed": 0.3}
+    assert "top_k" in config_lib.strategy_schema("ARS")["top_k"].help.lower() or config_lib.strategy_schema(
+        "ARS")["top_k"].help.startswith("``b``")
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["strategy={name: SNES, popsize: 8, optimizer: adam}"], ["unknown key 'strategy.optimizer'",
+                                                                  "valid keys of strategy (SNES)"]),
+        (["strategy.name=SNESS"], ["strategy.name: 'SNESS' is not valid", "did you mean 'SNES'"]),
+        (["strategy={name: ARS, popsize: 8, top_k: 9}"], ["strategy: ARS(top_k=9, popsize=8)", "top_k <= 4"]),
+        (["strategy={name: SNES, popsize: 8, sigma_learning_rate: fast}"], ["strategy.sigma_learning_rate",
+                                                                            "must be a number"]),
+        (["strategy={name: SepCMAES}"], ["strategy.popsize is required"]),
+    ],
+)
+def test_bad_strategy_sections_name_the_strategy_and_the_key(overrides, fragments):
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.build(resolved(overrides))
+    for fragment in fragments:
+        assert fragment in str(info.value), (fragment, str(info.value))

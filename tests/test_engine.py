@@ -224,3 +224,20 @@ def test_sigma_schedule_and_weight_decay():
     # constant fitness: the gradient estimate is zero and only weight decay moves params
     decayed, _ = es.evolve(strategy, lambda x, k: jnp.zeros(()), state, 10)
     np.testing.assert_allclose(np.asarray(decayed.params), 3.0 * (1 - 0.1 * 0.1) ** 10, rtol=1e-5)
+
+
+def test_make_mesh_for_a_popsize_takes_the_most_devices_that_divide_it():
+    assert es.make_mesh(popsize=12).size == 6  # 8 devices; 12 splits over 1, 2, 3, 4 or 6
+    assert es.make_mesh(popsize=64).size == 8
+    assert es.make_mesh(4, popsize=12).size == 4
+    with pytest.raises(ValueError, match=r"make_mesh\(num_devices=8, popsize=12\).*not divisible"):
+        es.make_mesh(8, popsize=12)
+
+
+def test_init_from_seed_splits_the_seed_into_the_params_key_and_the_run_key():
+    strategy = es.SNES(popsize=8)
+    state = es.init_from_seed(strategy, 3, lambda key: jax.random.normal(key, (4,)))
+    init_key, run_key = jax.random.split(jax.random.key(3))
+    chex.assert_trees_all_equal(state, strategy.init(run_key, jax.random.normal(init_key, (4,))))
+    with pytest.raises(ValueError, match=r"init_from_seed\(seed=-1\)"):
+        es.init_from_seed(strategy, -1, lambda key: jnp.zeros(4))

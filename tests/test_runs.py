@@ -232,3 +232,38 @@ def test_bad_run_arguments_are_refused_before_running(tmp_path):
         with pytest.raises(error, match=fragment):
             run(tmp_path, 3, **kwargs)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_on_segment_sees_each_segment_with_its_state_and_metrics(tmp_path):
+    seen = []
+
+    def on_segment(segment):
+        seen.append((segment.start, segment.stop, int(segment.state.generation), len(segment.metrics["fitness_mean"])))
+        assert len(log_rows(tmp_path)) == segment.stop  # logged before the hook runs
+
+    result = run(tmp_path, 10, on_segment=on_segment)
+    assert seen == [(0, 4, 4, 4), (4, 8, 8, 4), (8, 10, 10, 2)]
+    assert result.completed
+
+
+def test_an_on_segment_error_ends_the_run_and_the_checkpoint_stays(tmp_path):
+    def fail_after_the_first(segment):
+        if segment.stop > 4:
+            raise RuntimeError("dashboard unreachable")
+
+    with pytest.raises(RuntimeError, match="dashboard unreachable"):
+        run(tmp_path, 12, on_segment=fail_after_the_first)
+    resumed = run(tmp_path, 12, resume=True)
+    chex.assert_trees_all_equal(resumed.state, reference(12)[0])
+
+
+def test_resume_refuses_another_strategy_setting_or_batch_size(tmp_path):
+    run(tmp_path, 4)
+    other = es.OpenES(popsize=8, sigma=0.2, optimizer=optax.adam(0.05))
+    with pytest.raises(es.CheckpointError, match=r"strategy.sigma: checkpoint has 0.1, this run has 0.2"):
+        es.run(other, sphere, initial_state(), 8, run_dir=tmp_path, segment=SEGMENT, config=CONFIG, resume=True,
+               progress=False)
+    with pytest.raises(es.CheckpointError, match=r"execution.update_batch_size: checkpoint has \d+, this run has 3"):
+        run(tmp_path, 8, resume=True, update_batch_size=3)
+    resumed = run(tmp_path, 8, resume=True, mesh=es.make_mesh(8))  # the mesh may change
+    chex.assert_trees_all_equal(resumed.state, reference(8)[0])
