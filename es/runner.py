@@ -55,7 +55,7 @@ from es.distributed import is_writer
 from es.engine import check_evolve_args, evolve
 from es.metrics_log import MetricsLog
 from es.strategy import State, Strategy
-from es.validation import is_int
+from es import validation
 
 LOG_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"
@@ -258,16 +258,12 @@ def run(
 
 
 def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume, on_segment) -> None:
-    for name, value, low in (("num_generations", num_generations, 0), ("segment", segment, 1),
-                             ("keep_checkpoints", keep_checkpoints, 1)):
-        if not is_int(value):
-            raise TypeError(f"es.run({name}={value!r}): {name} must be an int.")
-        if value < low:
-            raise ValueError(f"es.run({name}={value}): {name} must be >= {low}.")
+    validation.check_int("es.run", "num_generations", num_generations, 0)
+    validation.check_int("es.run", "segment", segment, 1)
+    validation.check_int("es.run", "keep_checkpoints", keep_checkpoints, 1)
     if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):
         raise TypeError(f"es.run(run_dir={run_dir!r}): run_dir must be a path or None.")
-    if not isinstance(resume, bool):
-        raise TypeError(f"es.run(resume={resume!r}): resume must be True or False.")
+    validation.check_bool("es.run", "resume", resume)
     if on_segment is not None and not callable(on_segment):
         raise TypeError(f"es.run(on_segment={on_segment!r}): on_segment must be a callable on_segment(segment) or None.")
     try:

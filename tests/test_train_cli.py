@@ -240,3 +240,16 @@ def test_multi_process_run_writes_from_process_0_stops_together_and_resumes_afte
         assert "audit: process 1 wrote" not in output
         assert rank_lines(output, 1) in ([], ["audit: process 1 made 0 writes"]), output
         assert sum(line.startswith("run dir: ") for line in rank_lines(output, 0)) == 1, output
+
+
+def test_any_strategy_trains_and_resumes_from_the_cli(config_path, tmp_path):
+    """`strategy: {name: PGPE, ...}` through a whole-section --set: trains, then --resume extends it."""
+    run_dir = tmp_path / "pgpe"
+    pgpe = "--set=strategy={name: PGPE, popsize: 8, sigma: 0.2}"
+    code, output = finish(train(config_path, pgpe, "--set=run.generations=4", "--run-dir", run_dir))
+    assert code == 0, output
+    assert "PGPE popsize 8" in output
+    code, output = finish(train("--resume", run_dir, "--set=run.generations=6"))
+    assert code == 0, output
+    assert "done: 6 generations" in output and checkpoints(run_dir)[-1] == 6
+    assert "name: PGPE" in (run_dir / "config.yaml").read_text()
