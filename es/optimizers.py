@@ -108,4 +108,18 @@ def make(name: str, **kwargs) -> optax.GradientTransformation:
 
 @functools.lru_cache(maxsize=None)
 def _shared(name: str, kwargs: tuple) -> optax.GradientTransformation:
-    return factory(name)(**dict(kwargs))
+    optimizer = factory(name)(**dict(kwargs))
+    # Kept alive by the cache, so ids stay valid. A schedule argument is described by its type only.
+    _DESCRIPTIONS[id(optimizer)] = {
+        "name": name,
+        **{k: v if isinstance(v, (bool, int, float, str, type(None))) else f"<{type(v).__name__}>" for k, v in kwargs},
+    }
+    return optimizer
+
+
+_DESCRIPTIONS: dict[int, dict] = {}
+
+
+def description(optimizer: optax.GradientTransformation) -> dict | None:
+    """``{name, ...arguments}`` of an optimizer ``make`` built (a strategy default, a config's), else ``None``."""
+    return _DESCRIPTIONS.get(id(optimizer))

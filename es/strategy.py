@@ -150,12 +150,15 @@ class Strategy:
     def describe(self) -> dict:
         """The strategy as JSON data: its name and every setting that can be written down.
 
-        Numbers, strings, bools and noise sources appear as they are; a
-        default optimizer as its ``{name, ...arguments}``; any other object
-        (a custom optimizer, a schedule, a shaping callable) as
+        Numbers, strings, bools and noise sources appear as they are; an
+        optimizer built by name (``es.optimizers.make``: the defaults, and
+        every config's) as its ``{name, ...arguments}``; any other object (an
+        optax object you built, a schedule, a shaping callable) as
         ``"<TypeName>"``. ``es.run`` stores it in checkpoints and refuses to
         resume with a strategy described otherwise.
         """
+        from es import optimizers
+
         described = {"name": type(self).__name__}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -163,10 +166,8 @@ class Strategy:
                 described[field.name] = value
             elif isinstance(value, noise_lib.NOISE_SOURCES):
                 described[field.name] = {"name": type(value).__name__, **dataclasses.asdict(value)}
-            elif "optimizer" in field.metadata and value is field.default_factory():
-                described[field.name] = dict(field.metadata["optimizer"])
             else:
-                described[field.name] = f"<{type(value).__name__}>"
+                described[field.name] = optimizers.description(value) or f"<{type(value).__name__}>"
         return described
 
     @classmethod
