@@ -98,6 +98,33 @@ def test_slurm_is_detected_from_its_environment_and_one_task_is_a_plain_process(
     assert es.distributed.initialize() == es.distributed.ProcessGroup(0, 1, None, "single process")
 
 
+@pytest.mark.parametrize("strategy", ["SNES"])
+def test_other_strategies_run_across_two_processes_bit_for_bit(strategy, tmp_path):
+    """The engine is shared: a per-coordinate strategy gives one process's results on two processes."""
+    runs = {"2x1": tmp_path / "2x1", "1x1": tmp_path / "1x1"}
+    for path in runs.values():
+        path.mkdir()
+    procs = {
+        "2x1": subprocess.Popen(
+            launcher("--processes", "2", "--timeout", str(CHILD_TIMEOUT), "--", sys.executable, WORKER,
+                     str(runs["2x1"]), "--strategy", strategy),
+            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        "1x1": subprocess.Popen([sys.executable, WORKER, str(runs["1x1"]), "--strategy", strategy],
+                                env=child_env(JAX_NUM_CPU_DEVICES="1"), cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True),
+    }
+    for name, proc in procs.items():
+        output = proc.communicate(timeout=CHILD_TIMEOUT + 10)[0]
+        assert proc.returncode == 0, f"{name}:\n{output[-3000:]}"
+    reference = load_npz(runs["1x1"] / "rank0.npz")
+    assert "state/.strategy_state.sigma" in reference
+    for rank in (0, 1):
+        got = load_npz(runs["2x1"] / f"rank{rank}.npz")
+        assert sorted(got) == sorted(reference)
+        for name in reference:
+            np.testing.assert_array_equal(got[name], reference[name], err_msg=f"rank {rank}: {name}")
+
+
 def test_two_processes_of_two_devices_match_one_process_of_four_and_of_one_device_bit_for_bit(tmp_path):
     runs = {"2x2": tmp_path / "2x2", "1x4": tmp_path / "1x4", "1x1": tmp_path / "1x1"}
     for path in runs.values():

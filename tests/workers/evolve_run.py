@@ -1,6 +1,6 @@
 """One ES run written to disk, for the multi-process tests (run as a script, one per process).
 
-    python tests/workers/evolve_run.py OUT_DIR [--report] [--continue-locally]
+    python tests/workers/evolve_run.py OUT_DIR [--report] [--continue-locally] [--strategy NAME]
                                        [--sleep-before-initialize-on-rank R] [--forever]
 
 Initializes es.distributed (a no-op in a plain process), evolves a small
@@ -26,6 +26,7 @@ parser.add_argument("--sleep-before-initialize-on-rank", type=int, default=None)
 parser.add_argument("--report", action="store_true", help="also write es.collectives_report's findings")
 parser.add_argument("--continue-locally", action="store_true", help="then 2 generations with mesh=None")
 parser.add_argument("--forever", action="store_true", help="keep evolving until killed")
+parser.add_argument("--strategy", default="OpenES", help="a name of es.STRATEGIES (popsize 32, sigma 0.1)")
 args = parser.parse_args()
 
 rank = int(os.environ.get(es.distributed.ENV_PROCESS_ID, "0"))
@@ -51,7 +52,8 @@ def policy_return(params, key):
     return total
 
 
-strategy = es.OpenES(popsize=32, sigma=0.1, optimizer=optax.adam(0.05))
+strategy = (es.OpenES(popsize=32, sigma=0.1, optimizer=optax.adam(0.05)) if args.strategy == "OpenES"
+            else es.STRATEGIES[args.strategy](popsize=32, sigma=0.1))
 k1, k2 = jax.random.split(jax.random.key(1))
 params = {"w1": 0.1 * jax.random.normal(k1, (4, 16)), "w2": 0.1 * jax.random.normal(k2, (16, 4))}
 state = strategy.init(jax.random.key(0), params)
