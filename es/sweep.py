@@ -40,6 +40,7 @@ differently (see docs/guides/sweeps.md for what we measured).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -180,10 +181,10 @@ def sweep_step(template, fitness, mesh, execution, noise_aux, values, states):
     local_members, (local_fitness, local_stats) = jax.vmap(evaluate)(values, states)
 
     def update(run):
-        run_values, state, run_fitness, run_stats, members = run
+        run_values, state, run_fitness, run_stats, members = jax.lax.optimization_barrier(run)
         given = GivenFitness(run_fitness, run_stats, first=members[0], fn=fitness.fn)
         strategy = template.with_hyperparameters(run_values)
-        return generation_step(strategy, given, mesh, execution, noise_aux, state)
+        return jax.lax.optimization_barrier(generation_step(strategy, given, mesh, execution, noise_aux, state))
 
     return jax.lax.map(update, (values, states, local_fitness, local_stats, local_members))
 
@@ -217,16 +218,17 @@ def check_evolve_many_args(
         strategies[0], fitness_fn, states[0], num_generations, mesh, exchange, eval_batch_size, update_batch_size
     )
     first = strategies[0]
-    varying = varying_hyperparameters(strategies, states[0].params)
+    varying, optimizers = varying_hyperparameters(strategies, states[0].params)
     for i in range(1, len(strategies)):
         _check_run_state(i, strategies[i], fitness_fn, states[i], states[0])
-    template = first.with_hyperparameters({name: 0.0 for name in varying})
+    template = dataclasses.replace(first, **optimizers).with_hyperparameters({name: 0.0 for name in varying})
     values = {name: np.asarray([s.hyperparameters()[name] for s in strategies], np.float32) for name in varying}
     return Sweep(template, values, mesh, execution)
 
 
-def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> tuple[str, ...]:
-    """The numeric hyperparameters whose values differ between ``strategies``; raise if anything else differs.
+def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> tuple[tuple[str, ...], dict]:
+    """``(names, optimizers)``: the numeric hyperparameters whose values differ between ``strategies``, and
+    the optimizer each optimizer field compiles with; raise if anything else differs.
 
     Numeric hyperparameters (floats) may differ. Optimizers must compute the
     same function of ``(gradient, optimizer state, params)`` (see
@@ -234,7 +236,7 @@ def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> t
     """
     first = strategies[0]
     kind = type(first).__name__
-    varying = []
+    varying, optimizers = [], {}
     for i, strategy in enumerate(strategies[1:], start=1):
         if type(strategy) is not type(first):
             raise TypeError(
@@ -249,7 +251,7 @@ def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> t
             if any(v != values[0] for v in values):
                 varying.append(name)
         elif all(isinstance(v, optax.GradientTransformation) for v in values):
-            check_same_optimizer(kind, name, values, params)
+            optimizers[name] = check_same_optimizer(kind, name, values, params)
         else:
             for i, value in enumerate(values[1:], start=1):
                 if not _same_setting(value, values[0]):
@@ -261,7 +263,7 @@ def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> t
                         f"{_same_object_hint(value)}. Give every run the same {name}, or run each setting in its "
                         "own evolve_many."
                     )
-    return tuple(varying)
+    return tuple(varying), optimizers
 
 
 def _same_setting(a, b) -> bool:
@@ -285,8 +287,9 @@ def _uses_inject_hyperparams(state_shape: PyTree) -> bool:
     return any(isinstance(node, injected) for node in nodes)
 
 
-def check_same_optimizer(kind: str, name: str, optimizers: Sequence[optax.GradientTransformation], params) -> None:
-    """Raise ``ValueError`` unless every optimizer computes what ``optimizers[0]`` computes.
+def check_same_optimizer(kind: str, name: str, optimizers: Sequence[optax.GradientTransformation],
+                         params) -> optax.GradientTransformation:
+    """The optimizer to compile with; raise ``ValueError`` unless every optimizer computes what ``optimizers[0]`` does.
 
     Two optimizers compute the same when their ``update(gradient, state,
     params)`` traces to the same jaxpr with the same constants: the same
@@ -294,19 +297,17 @@ def check_same_optimizer(kind: str, name: str, optimizers: Sequence[optax.Gradie
     ``optax.inject_hyperparams(optax.adam)(learning_rate=...)`` with any
     learning rates (those live in the optimizer state, which is each run's
     own). ``optax.adam(1e-2)`` and ``optax.adam(3e-2)`` differ in a constant.
+
+    Returns the first optimizer seen (in this process) that computes the
+    same, so that a later sweep with new but equivalent optimizer objects
+    (``inject_hyperparams`` builds one per run) reuses the compiled program.
     """
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), params)
-    reference = None
-    for i, optimizer in enumerate(optimizers):
-        if i and optimizer is optimizers[0]:
+    reference = _update_program(optimizers[0], abstract)
+    for i, optimizer in enumerate(optimizers[1:], start=1):
+        if optimizer is optimizers[0] or _update_program(optimizer, abstract) == reference:
             continue
-        program, state_shape = _update_program(optimizer, abstract)
-        if reference is None:
-            reference = program
-            continue
-        if program == reference:
-            continue
-        injected = _uses_inject_hyperparams(state_shape)
+        injected = _uses_inject_hyperparams(jax.eval_shape(optimizer.init, abstract))
         fix = (
             "they are both built with optax.inject_hyperparams but differ beyond the hyperparameters in their "
             "state (another inner optimizer, a static argument, or a schedule)" if injected else
@@ -318,14 +319,22 @@ def check_same_optimizer(kind: str, name: str, optimizers: Sequence[optax.Gradie
             f"es.evolve_many: strategies[{i}].{name} computes differently from strategies[0].{name} ({kind}); "
             f"{fix}."
         )
+    if len(_EQUIVALENT_OPTIMIZERS) >= _MAX_REMEMBERED:
+        _EQUIVALENT_OPTIMIZERS.clear()
+    return _EQUIVALENT_OPTIMIZERS.setdefault(reference, optimizers[0])
 
 
-def _update_program(optimizer: optax.GradientTransformation, abstract_params) -> tuple[tuple, Any]:
-    """``(jaxpr text, constants)`` of ``optimizer.update`` on abstract inputs, and its abstract state."""
+# The first optimizer seen for each update program (see check_same_optimizer), at most _MAX_REMEMBERED.
+_EQUIVALENT_OPTIMIZERS: dict[tuple, optax.GradientTransformation] = {}
+_MAX_REMEMBERED = 256
+
+
+def _update_program(optimizer: optax.GradientTransformation, abstract_params) -> tuple:
+    """What ``optimizer.update`` computes, as data: its state's structure, jaxpr text and constants."""
     state = jax.eval_shape(optimizer.init, abstract_params)
     closed = jax.make_jaxpr(optimizer.update)(abstract_params, state, abstract_params)
     constants = tuple((np.shape(c), str(np.result_type(c)), np.asarray(c).tobytes()) for c in closed.consts)
-    return (str(jax.tree.structure(state)), str(closed.jaxpr), constants), state
+    return str(jax.tree.structure(state)), str(closed.jaxpr), constants
 
 
 def _check_run_state(i: int, strategy: Strategy, fitness_fn, state, first_state) -> None:
