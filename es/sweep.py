@@ -126,21 +126,37 @@ def evolve_many(
 
 
 def evolve_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[State], num_generations: int):
-    """``evolve_many`` once its arguments passed ``check_evolve_many_args`` (``es.run_many``: every segment)."""
-    values, states = replicate((sweep.values, list(states)), sweep.mesh)
-    return _evolve_many_compiled(
-        sweep.template, FitnessRef(fitness_fn), sweep.mesh, sweep.execution, int(num_generations), values, states
+    """``evolve_many`` once its arguments passed ``check_evolve_many_args`` (``es.run_many``: every segment).
+
+    The states are stacked along a leading run axis, and split again, by
+    small programs of their own, so that the compiled generations depend on
+    the number of runs through the shapes only.
+    """
+    values, stacked = replicate((sweep.values, stack(list(states))), sweep.mesh)
+    stacked, metrics = _evolve_many_compiled(
+        sweep.template, FitnessRef(fitness_fn), sweep.mesh, sweep.execution, int(num_generations), values, stacked
     )
+    return unstack(stacked, metrics)
+
+
+@jax.jit
+def stack(states: list[State]) -> State:
+    """The states as one, every leaf with a leading run axis."""
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+
+
+@jax.jit
+def unstack(stacked: State, metrics: Metrics) -> tuple[list[State], list[Metrics]]:
+    """Every run's state and metrics (``[generations]`` each) from the stacked ones (``[generations, runs]``)."""
+    count = jax.tree.leaves(stacked)[0].shape[0]
+    states = [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)]
+    return states, [{name: m[:, i] for name, m in metrics.items()} for i in range(count)]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
 def _evolve_many_compiled(template, fitness, mesh, execution, num_generations, values, states):
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
     run = functools.partial(run_many_generations, template, fitness, mesh, execution, num_generations)
-    stacked, metrics = shard_replicated(run, mesh)((values, stacked))
-    count = len(states)
-    final = [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)]
-    return final, [{name: m[:, i] for name, m in metrics.items()} for i in range(count)]
+    return shard_replicated(run, mesh)((values, states))
 
 
 def run_many_generations(template, fitness, mesh, execution, num_generations, inputs):
