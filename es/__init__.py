@@ -23,13 +23,14 @@ from es.fitness import StatefulFitness
 from es.mesh import POPULATION_AXIS, make_mesh
 from es.noise import GaussianNoise, NoiseTable
 from es.distributed import is_writer
-from es.runner import RunResult, Segment, run
+from es.runner import RunResult, Segment, run, run_many
 from es.seeding import init_from_seed
 from es.optimizers import ClipUpState, clipup
 from es.strategies import (
     ARS, PGPE, SNES, STRATEGIES, ARSState, OpenES, OpenESState, PGPEState, SepCMAES, SepCMAESState, SNESState,
 )
 from es.strategy import Coefficients, State, Strategy, Sums
+from es.sweep import evolve_many
 
 __version__ = "0.1.0"
 
@@ -70,11 +71,13 @@ __all__ = [
     "compiled_generation_hlo",
     "distributed",
     "evolve",
+    "evolve_many",
     "generation_step",
     "init_from_seed",
     "is_writer",
     "load_params",
     "make_mesh",
     "run",
+    "run_many",
     "shaping",
 ]

@@ -309,6 +309,10 @@ class Checkpointer:
             self._manager.reload()
         return target
 
+    def delete(self, generation: int) -> None:
+        """Delete the checkpoint of ``generation`` (a sweep's run resuming before it writes it again)."""
+        self._manager.delete(generation)
+
     def wait(self) -> None:
         """Block until every checkpoint started so far is on disk."""
         if self._manager is not None:

@@ -185,16 +185,9 @@ def generation_step(
     given values of ``es.tell``.
     """
     members = this_generation(strategy, noise_aux, state)
-    local_size = strategy.popsize // mesh.size
-    local_members = index_range(jax.lax.axis_index(mesh.axis_names) * local_size, local_size)
-    batch = execution.eval_batch_size
 
     # 1. Evaluate this device's members, rebuilding their noise from shared keys.
-    with jax.named_scope("es_evaluate"):
-        pairs = evaluates_pairs(strategy, local_size, batch)
-        local_fitness, local_stats = map_chunks(
-            lambda chunk: fitness.evaluate(members, chunk, state.fitness_state, pairs), local_members, batch
-        )
+    local_members, (local_fitness, local_stats) = evaluate_local(strategy, fitness, mesh, execution, members, state)
 
     # 2. Exchange: popsize fitness scalars (and per-member stats) cross devices.
     with jax.named_scope("es_exchange"):
@@ -221,6 +214,25 @@ def generation_step(
         params, strategy_state = keep_if_finite((params, strategy_state), (state.params, state.strategy_state), any_valid)
 
     return record(strategy, fitness, members, state, all_fitness, all_stats, params, strategy_state, step_metrics)
+
+
+def evaluate_local(strategy: Strategy, fitness: Any, mesh: Mesh, execution: Execution,
+                   members: population.Generation, state: State) -> tuple[jax.Array, tuple[jax.Array, PyTree]]:
+    """Step 1 of a generation: this device's share of the members, evaluated ``eval_batch_size`` at a time.
+
+    Returns ``(local_members, (local_fitness, local_stats))``: the member
+    indices ``int32[popsize / mesh.size]``, their fitnesses (float32) and
+    per-member statistics (``()`` unless the fitness is stateful).
+    """
+    local_size = strategy.popsize // mesh.size
+    local_members = index_range(jax.lax.axis_index(mesh.axis_names) * local_size, local_size)
+    batch = execution.eval_batch_size
+    with jax.named_scope("es_evaluate"):
+        pairs = evaluates_pairs(strategy, local_size, batch)
+        evaluated = map_chunks(
+            lambda chunk: fitness.evaluate(members, chunk, state.fitness_state, pairs), local_members, batch
+        )
+    return local_members, evaluated
 
 
 def this_generation(strategy: Strategy, noise_aux: Any, state: State) -> population.Generation:

@@ -89,21 +89,25 @@ class FitnessRef:
 
 
 class GivenFitness:
-    """The fitness adapter of ``es.tell``: the fitnesses are given, evaluation reads them.
+    """A fitness adapter whose values are given: evaluation reads them instead of calling a function.
 
-    Holds ``values`` (float32[popsize], traced), so it lives only inside the
-    compiled ``tell``; the engine then runs the same generation step as
-    ``es.evolve``, whose member params, unused, are never built.
+    ``es.tell`` gives the whole population's fitnesses (``first=0``), so the
+    engine runs the same generation step as ``es.evolve`` without building
+    the member params. ``es.evolve_many`` gives, for one run, this device's
+    share (members ``first, first + 1, ...``), evaluated together with every
+    other run's, with their per-member ``stats`` and the ``StatefulFitness``
+    ``fn`` that folds them into the state. Holds traced arrays, so it lives
+    only inside a compiled function.
     """
 
-    stateful = False
-
-    def __init__(self, values: jax.Array):
-        self.values = values
+    def __init__(self, values: jax.Array, stats: PyTree = (), first: jax.Array | int = 0, fn: Callable | None = None):
+        self.values, self.stats, self.first, self.fn = values, stats, first, fn
+        self.stateful = isinstance(fn, StatefulFitness)
 
     def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
         del members, fitness_state, pairs
-        return self.values[chunk], ()
+        index = chunk - self.first
+        return self.values[index], jax.tree.map(lambda s: s[index], self.stats)
 
 
 def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):

@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -56,6 +56,7 @@ from es.engine import check_evolve_args, evolve
 from es.metrics_log import MetricsLog
 from es.strategy import State, Strategy
 from es import validation
+from es.sweep import check_evolve_many_args, evolve_checked
 
 LOG_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"
@@ -198,7 +199,9 @@ def run(
       A ``RunResult``. Raises ``CheckpointError`` (a ``ValueError``) when no
       intact checkpoint can be resumed or it belongs to another run.
     """
-    _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume, on_segment)
+    _check_run_args("es.run", num_generations, segment, keep_checkpoints, resume, on_segment)
+    _check_run_dir("es.run", "run_dir", run_dir)
+    _check_config("es.run", "config", config)
     mesh, execution = check_evolve_args(
         strategy, fitness_fn, state, num_generations, mesh, exchange, eval_batch_size, update_batch_size
     )
@@ -206,73 +209,240 @@ def run(
         evolve, strategy, fitness_fn, mesh=mesh, exchange=exchange,
         eval_batch_size=execution.eval_batch_size, update_batch_size=execution.update_batch_size,
     )
-    identity = json.loads(json.dumps(
+    runs = [_Run(run_dir, _identity(config, strategy, execution, mesh))]
+    results = _run_all(
+        _Segments(advance, lambda states: states[0], lambda state: [state], lambda metrics: [metrics]), runs, [state],
+        num_generations, segment, keep_checkpoints, resume,
+        on_segment and (lambda segments: on_segment(segments[0])), progress, description, handle_signals,
+    )
+    return results[0]
+
+
+def run_many(
+    strategies: Sequence[Strategy],
+    fitness_fn: Callable,
+    states: Sequence[State],
+    num_generations: int,
+    *,
+    run_dirs: Sequence[str | os.PathLike] | None = None,
+    segment: int = 50,
+    keep_checkpoints: int = 3,
+    configs: Sequence[Any] | None = None,
+    resume: bool = False,
+    mesh: Mesh | None = None,
+    exchange: str = "fitness",
+    eval_batch_size: int | None = None,
+    update_batch_size: int | None = None,
+    on_segment: Callable[[list[Segment]], None] | None = None,
+    progress: bool = True,
+    description: str = "es",
+    handle_signals: bool = True,
+) -> list[RunResult]:
+    """``es.run`` for the runs of an ``es.evolve_many`` sweep: one program, one directory per run, one progress bar.
+
+    Every segment is one ``es.evolve_many`` call over all the runs (compiled
+    once); after it each run's metrics are appended to its own
+    ``metrics.jsonl`` and its state checkpointed in its own directory, exactly
+    as ``es.run`` writes them, so a run directory of a sweep is also a run
+    directory that ``es.run`` can resume alone. Signals, pipelining and
+    multi-process behaviour are those of ``es.run``.
+
+    Args:
+      strategies, fitness_fn, states: as for ``es.evolve_many`` (one strategy
+        and one initial state per run).
+      num_generations, segment, resume, mesh, exchange, eval_batch_size,
+        update_batch_size, progress, description, handle_signals: as for
+        ``es.run``; they apply to every run.
+      run_dirs: one directory per run (distinct), or ``None`` to write nothing.
+      keep_checkpoints: checkpoints kept per run, at least 2 (see below).
+      configs: one JSON-serialisable config per run (as ``es.run``'s
+        ``config``; e.g. its seed and hyperparameters), or ``None``.
+      on_segment: called after each segment with the list of every run's
+        ``es.Segment``.
+
+    Resume: each run restores its latest intact checkpoint, with every check
+    ``es.run`` makes. A process killed while the runs' checkpoints of one
+    segment were being written can leave some runs one segment ahead of
+    others; the sweep then resumes every run from the latest generation that
+    all of them reached (the checkpoints of one segment are started only once
+    every run's previous ones are on disk, and the two latest are kept, so
+    that generation is always on disk) and drops the newer checkpoints, which
+    the resumed run writes again, identical.
+
+    Returns:
+      One ``RunResult`` per run, in order.
+    """
+    _check_run_args("es.run_many", num_generations, segment, keep_checkpoints, resume, on_segment)
+    count = len(strategies) if isinstance(strategies, (list, tuple)) else None
+    sweep = check_evolve_many_args(
+        strategies, fitness_fn, states, num_generations, mesh, exchange, eval_batch_size, update_batch_size
+    )
+    run_dirs = _check_per_run("run_dirs", run_dirs, count)
+    configs = _check_per_run("configs", configs, count)
+    for i, (run_dir, config) in enumerate(zip(run_dirs, configs)):
+        _check_run_dir("es.run_many", f"run_dirs[{i}]", run_dir)
+        _check_config("es.run_many", f"configs[{i}]", config)
+    if run_dirs[0] is not None:
+        resolved = [pathlib.Path(d).resolve() for d in run_dirs]
+        if len(set(resolved)) < len(resolved):
+            raise ValueError("es.run_many(run_dirs=...): every run needs its own directory; two runs name the same.")
+        if keep_checkpoints < 2:
+            raise ValueError(
+                f"es.run_many(keep_checkpoints={keep_checkpoints}): a sweep keeps at least 2 checkpoints per run, so "
+                "that a process killed while writing one segment's checkpoints can resume every run from the "
+                "previous segment; use keep_checkpoints=2 or more."
+            )
+    runs = [_Run(d, _identity(c, s, sweep.execution, sweep.mesh)) for d, c, s in zip(run_dirs, configs, strategies)]
+    advance = functools.partial(evolve_checked, sweep, fitness_fn)
+    return _run_all(
+        _Segments(advance, list, list, list), runs, list(states),
+        num_generations, segment, keep_checkpoints, resume, on_segment, progress, description, handle_signals,
+    )
+
+
+def _identity(config, strategy: Strategy, execution, mesh: Mesh) -> Any:
+    """What a run's checkpoints record as its identity (compared on resume), as JSON data."""
+    return json.loads(json.dumps(
         {"config": config, "strategy": strategy.describe(), "execution": execution.identity(mesh.size)}
     ))
-    writer = is_writer()
-    name = f"es.run/{next(_run_numbers)}"
-    initial_digest = None
-    start, history = 0, {}
-    checkpointer = log = None
-    try:
-        if run_dir is not None:
-            run_dir = pathlib.Path(run_dir)
-            directory = run_dir / CHECKPOINTS_NAME
-            initial_digest = state_digest(state)
-            # Process 0 opens the checkpoints first (removing what a killed write left behind); then every
-            # process reads them, and they check that they all resume from the same one. Each step ends in an
-            # exchange of its outcome, so that an error on any process stops every process there.
-            outcome = ""
-            try:
-                if writer:
-                    checkpointer = Checkpointer(directory, keep_checkpoints, writer=True)
-            except Exception as error:  # any error: every process must reach the exchange
-                outcome = error
-            _agree_on(f"{name}/opened", run_dir, outcome)
-            try:
-                if not writer:
-                    checkpointer = Checkpointer(directory, keep_checkpoints, writer=False)
-                point = _resume_point(checkpointer, run_dir, state, identity, initial_digest, resume, num_generations)
-                digest = initial_digest if point.state is state else state_digest(point.state)
-                outcome = f"{point.generation} {digest}"
-            except Exception as error:  # CheckpointError and any other: every process must reach the exchange
-                outcome = error
-            _check_same_resume_point(_agree_on(f"{name}/resume", run_dir, outcome), run_dir)
-            start, state, history = point.generation, point.state, point.history
-            if writer:
-                for generation in point.corrupt:  # newer than the resume point: out of the way of new saves
-                    checkpointer.quarantine(generation, run_dir / CORRUPT_NAME)
-                log = MetricsLog(run_dir / LOG_NAME)
-                log.rewrite(history, start)  # exactly the checkpointed generations, nothing after
-        result = _run_segments(
-            advance, state, num_generations, segment, start, history, checkpointer, log, identity,
-            initial_digest, writer and progress, description, handle_signals, run_dir if writer else None,
-            name, on_segment,
-        )
-    finally:
-        if checkpointer is not None:
-            checkpointer.close()  # process 0: the last checkpoint is on disk
-    if run_dir is not None:  # and every process returns only once it is (a resume may follow at once)
-        distributed.all_processes(f"{name}/closed")
-    return result
 
 
-def _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume, on_segment) -> None:
-    validation.check_int("es.run", "num_generations", num_generations, 0)
-    validation.check_int("es.run", "segment", segment, 1)
-    validation.check_int("es.run", "keep_checkpoints", keep_checkpoints, 1)
-    if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):
-        raise TypeError(f"es.run(run_dir={run_dir!r}): run_dir must be a path or None.")
-    validation.check_bool("es.run", "resume", resume)
+def _check_run_args(owner, num_generations, segment, keep_checkpoints, resume, on_segment) -> None:
+    validation.check_int(owner, "num_generations", num_generations, 0)
+    validation.check_int(owner, "segment", segment, 1)
+    validation.check_int(owner, "keep_checkpoints", keep_checkpoints, 1)
+    validation.check_bool(owner, "resume", resume)
     if on_segment is not None and not callable(on_segment):
-        raise TypeError(f"es.run(on_segment={on_segment!r}): on_segment must be a callable on_segment(segment) or None.")
+        raise TypeError(f"{owner}(on_segment={on_segment!r}): on_segment must be a callable on_segment(segment) or None.")
+
+
+def _check_run_dir(owner: str, name: str, run_dir) -> None:
+    if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(f"{owner}({name}={run_dir!r}): {name} must be a path or None.")
+
+
+def _check_config(owner: str, name: str, config) -> None:
     try:
         json.dumps(config, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise TypeError(
-            f"es.run(config=...): config must be JSON-serialisable (dicts with str keys, lists, "
+            f"{owner}({name}=...): {name} must be JSON-serialisable (dicts with str keys, lists, "
             f"str, finite numbers, bools, None): {error}."
         ) from None
+
+
+def _check_per_run(name: str, values, count: int) -> list:
+    """``values`` as a list of ``count`` entries (``None``: ``count`` times ``None``)."""
+    if values is None:
+        return [None] * count
+    if not isinstance(values, (list, tuple)) or len(values) != count:
+        raise ValueError(
+            f"es.run_many({name}=...): give a list with one entry per run ({count}), or None; got "
+            f"{len(values) if isinstance(values, (list, tuple)) else type(values).__name__}."
+        )
+    if name == "run_dirs" and any(v is None for v in values) and not all(v is None for v in values):
+        raise ValueError("es.run_many(run_dirs=...): give every run a directory, or pass run_dirs=None.")
+    return list(values)
+
+
+class _Segments(NamedTuple):
+    """How the segment loop drives the run(s).
+
+    ``advance(state, n)`` runs ``n`` generations and returns ``(state,
+    metrics)``: ``es.evolve``'s, or ``es.evolve_many``'s lists. ``join(states)``
+    makes ``advance``'s state from every run's; ``states_of(state)`` and
+    ``metrics_of(metrics)`` give every run's back.
+    """
+
+    advance: Callable
+    join: Callable
+    states_of: Callable
+    metrics_of: Callable
+
+
+class _Run:
+    """One run of the segment loop: its directory and identity, and what it opened (writers: log, checkpoints)."""
+
+    def __init__(self, run_dir, identity):
+        self.run_dir = None if run_dir is None else pathlib.Path(run_dir)
+        self.identity = identity
+        self.checkpointer: Checkpointer | None = None
+        self.log: MetricsLog | None = None
+        self.initial_digest: str | None = None
+        self.history: dict = {}
+
+
+def _run_all(segments, runs, states, num_generations, segment, keep_checkpoints, resume, on_segment, progress,
+             description, handle_signals) -> list[RunResult]:
+    """Open (or resume) every run, run the segment loop, close the checkpointers; one ``RunResult`` per run."""
+    writer = is_writer()
+    name = f"es.run/{next(_run_numbers)}"
+    try:
+        start, states = _open_runs(runs, states, resume, num_generations, keep_checkpoints, name)
+        results = _run_segments(
+            segments, runs, states, num_generations, segment, start, writer and progress, description,
+            handle_signals, name, on_segment,
+        )
+    finally:
+        for each in runs:
+            if each.checkpointer is not None:
+                each.checkpointer.close()  # process 0: the last checkpoint is on disk
+    if runs[0].run_dir is not None:  # and every process returns only once it is (a resume may follow at once)
+        distributed.all_processes(f"{name}/closed")
+    return results
+
+
+def _open_runs(runs, states, resume, num_generations, keep_checkpoints, name) -> tuple[int, list[State]]:
+    """Open every run's directory and find where each resumes; all resume at one generation. ``(start, states)``."""
+    if runs[0].run_dir is None:
+        return 0, states
+    writer = is_writer()
+    points = []
+    for index, (each, state) in enumerate(zip(runs, states)):
+        here = f"{name}/{index}" if len(runs) > 1 else name
+        run_dir = each.run_dir
+        each.initial_digest = state_digest(state)
+        # Process 0 opens the checkpoints first (removing what a killed write left behind); then every
+        # process reads them, and they check that they all resume from the same one. Each step ends in an
+        # exchange of its outcome, so that an error on any process stops every process there.
+        outcome = ""
+        try:
+            if writer:
+                each.checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, keep_checkpoints, writer=True)
+        except Exception as error:  # any error: every process must reach the exchange
+            outcome = error
+        _agree_on(f"{here}/opened", run_dir, outcome)
+        try:
+            if not writer:
+                each.checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, keep_checkpoints, writer=False)
+            point = _resume_point(each.checkpointer, run_dir, state, each.identity, each.initial_digest, resume,
+                                  num_generations)
+            digest = each.initial_digest if point.state is state else state_digest(point.state)
+            outcome = f"{point.generation} {digest}"
+        except Exception as error:  # CheckpointError and any other: every process must reach the exchange
+            outcome = error
+        _check_same_resume_point(_agree_on(f"{here}/resume", run_dir, outcome), run_dir)
+        points.append(point)
+    start = min(point.generation for point in points)
+    for index, (each, state) in enumerate(zip(runs, states)):
+        if points[index].generation > start:  # a sweep killed between its runs' checkpoints: back to `start`
+            outcome = ""
+            try:
+                points[index] = _resume_point_at(each.checkpointer, each.run_dir, state, each.identity,
+                                                 each.initial_digest, start, points[index])
+            except Exception as error:  # every process must reach the exchange
+                outcome = error
+            _agree_on(f"{name}/{index}/common", each.run_dir, outcome)
+        point = points[index]
+        if writer:
+            for generation in point.corrupt:  # newer than the resume point: out of the way of new saves
+                each.checkpointer.quarantine(generation, each.run_dir / CORRUPT_NAME)
+            for generation in point.superseded:  # intact but ahead of the other runs: written again, identical
+                each.checkpointer.delete(generation)
+            each.log = MetricsLog(each.run_dir / LOG_NAME)
+            each.log.rewrite(point.history, start)  # exactly the checkpointed generations, nothing after
+        each.history = point.history
+    return start, [point.state for point in points]
 
 
 def _agree_on(name: str, run_dir, outcome: str | Exception) -> list[str]:
@@ -317,6 +487,7 @@ class _ResumePoint(NamedTuple):
     state: State
     history: dict
     corrupt: tuple[int, ...] = ()  # newer checkpoints skipped as corrupt
+    superseded: tuple[int, ...] = ()  # newer intact checkpoints of a sweep's run that was ahead of the others
 
 
 def _resume_point(checkpointer, run_dir, state, identity, initial_digest, resume, num_generations) -> _ResumePoint:
@@ -355,6 +526,17 @@ def _resume_point(checkpointer, run_dir, state, identity, initial_digest, resume
                 "Start a new run (or move the run directory away)."
             )
         return _ResumePoint(0, state, {})
+    _check_checkpoint(checkpoint, identity, initial_digest)
+    if checkpoint.generation > num_generations:
+        raise CheckpointError(
+            f"the run in {run_dir} has already done {checkpoint.generation} generations, more than "
+            f"num_generations={num_generations}; ask for at least {checkpoint.generation}."
+        )
+    return _ResumePoint(checkpoint.generation, checkpoint.state, checkpoint.history, tuple(g for g, _ in corrupt))
+
+
+def _check_checkpoint(checkpoint, identity, initial_digest) -> None:
+    """Refuse a checkpoint of another run: another identity (config, strategy, execution) or initial state."""
     if checkpoint.config != identity:
         raise CheckpointError(
             f"checkpoint {checkpoint.path} was made by another run: "
@@ -366,12 +548,26 @@ def _resume_point(checkpointer, run_dir, state, identity, initial_digest, resume
             f"checkpoint {checkpoint.path} belongs to a run that started from another initial state "
             "(another seed or other initial params); pass the state the run was started with."
         )
-    if checkpoint.generation > num_generations:
+
+
+def _resume_point_at(checkpointer, run_dir, state, identity, initial_digest, generation, latest) -> _ResumePoint:
+    """A sweep's run restored at ``generation``, older than its own resume point ``latest``.
+
+    The runs of ``run_many`` resume together, at the latest generation every
+    run reached; the run's intact checkpoints after it are marked superseded.
+    """
+    superseded = tuple(g for g in checkpointer.generations() if g > generation and g not in latest.corrupt)
+    if generation == 0:
+        return _ResumePoint(0, state, {}, latest.corrupt, superseded)
+    try:
+        checkpoint = checkpointer.restore(generation, like=state)
+    except CheckpointError as error:
         raise CheckpointError(
-            f"the run in {run_dir} has already done {checkpoint.generation} generations, more than "
-            f"num_generations={num_generations}; ask for at least {checkpoint.generation}."
-        )
-    return _ResumePoint(checkpoint.generation, checkpoint.state, checkpoint.history, tuple(g for g, _ in corrupt))
+            f"the runs of this sweep resume together at generation {generation}, the latest that every run "
+            f"reached, but {run_dir} cannot: {error}"
+        ) from None
+    _check_checkpoint(checkpoint, identity, initial_digest)
+    return _ResumePoint(generation, checkpoint.state, checkpoint.history, latest.corrupt, superseded)
 
 
 class _Stopper:
@@ -425,65 +621,86 @@ class _Stopper:
         self._previous = {}
 
 
-def _run_segments(advance, state, num_generations, segment, start, history, checkpointer, log, identity,
-                  initial_digest, show_progress, description, handle_signals, params_dir, run_name, on_segment):
-    """The segment loop of ``run``: ``advance(state, n)`` runs ``n`` generations (an ``es.evolve``).
+def _run_segments(segments, runs, states, num_generations, segment, start, show_progress, description,
+                  handle_signals, run_name, on_segment) -> list[RunResult]:
+    """The segment loop of ``run`` and ``run_many``: ``segments.advance(state, n)`` runs ``n`` generations.
 
-    ``log`` and ``params_dir`` are ``None`` on processes that do not write.
+    ``runs[i].log`` and ``.checkpointer`` write only on the writing process (``None`` elsewhere, or without
+    a run directory).
     """
     from tqdm.auto import tqdm
 
-    buffers: dict[str, np.ndarray] = {}
-    time_offset = float(history[TIME_NAME][-1]) if start else 0.0
+    buffers: list[dict[str, np.ndarray]] = [{} for _ in runs]
+    time_offset = float(runs[0].history[TIME_NAME][-1]) if start else 0.0
     bar = tqdm(total=num_generations, initial=start, unit="gen", desc=description, disable=not show_progress,
                file=sys.stderr, dynamic_ncols=True, smoothing=0.3)
     stopper = _Stopper(handle_signals, verbose=is_writer(), run_name=run_name)
     lengths = collections.deque(segment_lengths(start, num_generations, segment))
     generation = start
     stop_signal = None
+    writes = is_writer() and runs[0].run_dir is not None
+    state = segments.join(states)
     clock = time.perf_counter()
     try:
         if lengths:
             bar.set_postfix_str("compiling", refresh=True)
-        in_flight = advance(state, lengths.popleft()) if lengths else None
+        in_flight = segments.advance(state, lengths.popleft()) if lengths else None
         while in_flight is not None:
             segment_state, segment_metrics = in_flight
             in_flight = None
             if lengths:  # dispatch the next segment before waiting for this one, unless stopping
                 stop_signal = stopper.agreed(generation)
                 if stop_signal is None:
-                    in_flight = advance(segment_state, lengths.popleft())
-            metrics = {name: to_numpy(values) for name, values in segment_metrics.items()}
-            length = len(next(iter(metrics.values())))
+                    in_flight = segments.advance(segment_state, lengths.popleft())
             elapsed = time_offset + time.perf_counter() - clock
-            metrics[TIME_NAME] = np.full((length,), elapsed, np.float64)
-            if not buffers:
-                buffers = _history_buffers(history, metrics, start, num_generations)
-            for name, values in metrics.items():
-                buffers[name][generation:generation + length] = values
-            stop = generation + length
-            done = {name: values[:stop] for name, values in buffers.items()}
-            if log is not None:
-                log.append(done, generation, stop)
-            if checkpointer is not None:
-                checkpointer.save(segment_state, done, identity, initial_digest)
-            bar.set_postfix_str(
-                f"best {metrics['best_fitness'][-1]:.5g}, mean {metrics['fitness_mean'][-1]:.5g}", refresh=False
-            )
+            if writes and len(runs) > 1:  # every run's previous checkpoint on disk before any starts the next
+                for each in runs:
+                    each.checkpointer.wait()
+            done_segments = []
+            for index, (each, (run_state, run_metrics)) in enumerate(
+                zip(runs, zip(segments.states_of(segment_state), segments.metrics_of(segment_metrics)))
+            ):
+                metrics = {name: to_numpy(values) for name, values in run_metrics.items()}
+                length = len(next(iter(metrics.values())))
+                metrics[TIME_NAME] = np.full((length,), elapsed, np.float64)
+                if not buffers[index]:
+                    buffers[index] = _history_buffers(each.history, metrics, start, num_generations)
+                for name, values in metrics.items():
+                    buffers[index][name][generation:generation + length] = values
+                stop = generation + length
+                done = {name: values[:stop] for name, values in buffers[index].items()}
+                if each.log is not None:
+                    each.log.append(done, generation, stop)
+                if each.checkpointer is not None:
+                    each.checkpointer.save(run_state, done, each.identity, each.initial_digest)
+                del metrics[TIME_NAME]
+                done_segments.append(Segment(generation, stop, run_state, metrics, elapsed))
+            bar.set_postfix_str(_progress_text(done_segments), refresh=False)
             bar.update(length)
             if on_segment is not None:
-                segment_metrics = {k: v for k, v in metrics.items() if k != TIME_NAME}
-                on_segment(Segment(generation, stop, segment_state, segment_metrics, elapsed))
+                on_segment(done_segments)
             generation, state = stop, segment_state
     finally:
         stopper.restore()
         bar.close()
     stopped = stop_signal if generation < num_generations else None
-    if stopped is None and params_dir is not None:
-        save_params(params_dir / PARAMS_NAME, state.params, state.best_params)
-    done = {name: values[:generation] for name, values in (buffers or history).items()}
-    time_s = done.pop(TIME_NAME, np.zeros((0,), np.float64))
-    return RunResult(state, done, time_s, stopped)
+    results = []
+    for index, (each, run_state) in enumerate(zip(runs, segments.states_of(state))):
+        if stopped is None and writes:
+            save_params(each.run_dir / PARAMS_NAME, run_state.params, run_state.best_params)
+        done = {name: values[:generation] for name, values in (buffers[index] or each.history).items()}
+        time_s = done.pop(TIME_NAME, np.zeros((0,), np.float64))
+        results.append(RunResult(run_state, done, time_s, stopped))
+    return results
+
+
+def _progress_text(segments: list[Segment]) -> str:
+    """The progress bar's postfix: the last generation's best and mean fitness (their range over the runs)."""
+    best = [float(s.metrics["best_fitness"][-1]) for s in segments]
+    mean = [float(s.metrics["fitness_mean"][-1]) for s in segments]
+    if len(segments) == 1:
+        return f"best {best[0]:.5g}, mean {mean[0]:.5g}"
+    return f"{len(segments)} runs: best {min(best):.4g}..{max(best):.4g}, mean {min(mean):.4g}..{max(mean):.4g}"
 
 
 def _history_buffers(history, metrics, start, num_generations) -> dict[str, np.ndarray]:

@@ -27,6 +27,7 @@ engine's (``es/engine.py``). docs/design.md walks through adding a strategy.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from typing import Any, Callable, ClassVar, NamedTuple
@@ -174,6 +175,41 @@ class Strategy:
     def fields(cls) -> tuple[str, ...]:
         """The names of the strategy's constructor arguments."""
         return tuple(f.name for f in dataclasses.fields(cls))
+
+    # -------------------------------------------------------- hyperparameters
+
+    def hyperparameters(self) -> dict[str, float]:
+        """The numeric hyperparameters: every field that holds a float (``sigma``, learning rates, ...).
+
+        These are the settings in which the runs of ``es.evolve_many`` may
+        differ: it passes them into the compiled program as traced float32
+        values (``with_hyperparameters``), so one compilation serves every
+        value. ``int`` fields (``popsize``, ``top_k``), booleans, choices,
+        schedules and noise sources shape the program and are not listed.
+        """
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), float)}
+
+    def with_hyperparameters(self, values: dict[str, jax.Array]) -> "Strategy":
+        """A copy of the strategy holding ``values`` (arrays, usually traced) in those fields.
+
+        Only for use inside traced code (``es.evolve_many`` calls it inside
+        its ``vmap``): the copy skips the constructor, whose checks already
+        passed for the Python floats the values stand for, and it is neither
+        hashable nor a valid static argument. The maths of every strategy
+        must therefore work with array-valued hyperparameters (``jnp``
+        arithmetic only, no Python ``float()``/``math`` on them).
+        """
+        unknown = set(values) - set(self.hyperparameters())
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}.with_hyperparameters: {sorted(unknown)} are not numeric hyperparameters of "
+                f"this strategy; they are {sorted(self.hyperparameters())}."
+            )
+        replaced = copy.copy(self)  # no __init__, so no __post_init__ checks on the arrays
+        for name, value in values.items():
+            replaced._set(name, value)
+        return replaced
 
     # ------------------------------------------------------------------ state
 

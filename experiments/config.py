@@ -29,6 +29,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import json
 import numbers
 import re
 import typing
@@ -458,16 +459,26 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
         if "=" not in override:
             raise ConfigError(f"--set {override!r} must look like section.key=value, e.g. --set strategy.popsize=512.")
         dotted, text = override.split("=", 1)
-        path = dotted.strip().split(".")
-        value = parse_yaml(text, f"the value of --set {dotted}")
+        config = set_values(config, {dotted.strip(): parse_yaml(text, f"the value of --set {dotted}")})
+    return config
+
+
+def set_values(config: dict, values: dict[str, Any], flag: str = "--set") -> dict:
+    """A copy of ``config`` with ``values`` (``"section.key[.sub...]" -> value``) set; ``flag`` names the source in errors.
+
+    A dotted name of one section with a mapping value replaces the whole section.
+    """
+    config = copy.deepcopy(config)
+    for dotted, value in values.items():
+        path = dotted.split(".")
         if len(path) == 1 and path[0] in SCHEMA and isinstance(value, dict):
             config[path[0]] = value  # a whole section, e.g. --set 'strategy={name: SNES, popsize: 64}'
             continue
         if len(path) < 2 or not all(path):
-            raise ConfigError(f"--set {dotted}: name a key as section.key (sections: {list(SCHEMA)}), "
+            raise ConfigError(f"{flag} {dotted}: name a key as section.key (sections: {list(SCHEMA)}), "
                               "e.g. --set strategy.popsize=512.")
         section = path[0]
-        _check_known(section, path[1], context=f"--set {dotted}: ", values=config.get(section) or {})
+        _check_known(section, path[1], context=f"{flag} {dotted}: ", values=config.get(section) or {})
         node = config.setdefault(section, {})
         for depth, part in enumerate(path[1:-1], start=1):
             child = node.get(part)
@@ -475,7 +486,7 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
                 child = node[part] = {}
             if not isinstance(child, dict):
                 parent = ".".join(path[: depth + 1])
-                raise ConfigError(f"--set {dotted}: {parent} is {child!r}, not a mapping; set the whole value, "
+                raise ConfigError(f"{flag} {dotted}: {parent} is {child!r}, not a mapping; set the whole value, "
                                   f"e.g. --set '{parent}={{...}}'.")
             node = child
         node[path[-1]] = value
@@ -493,6 +504,13 @@ class Experiment(NamedTuple):
 
 
 def _schedule(where: str, value: dict) -> Callable:
+    """The optax schedule ``value`` describes; equal descriptions give the same object (see ``build``)."""
+    return _schedule_from_json(where, json.dumps(value, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _schedule_from_json(where: str, text: str) -> Callable:
+    value = json.loads(text)
     factory = _schedule_factory(value["schedule"])
     kwargs = {k: v for k, v in value.items() if k != "schedule"}
     try:
@@ -524,8 +542,15 @@ def _check_schedule_values(where: str, schedule: Callable, generations: int, pos
                           f"for all run.generations={generations} (e.g. give cosine_decay an alpha > 0).")
 
 
-def build(config: dict) -> Experiment:
-    """The task and the strategy of a resolved config; raises ``ConfigError``."""
+def build(config: dict, inject_hyperparams: bool = False) -> Experiment:
+    """The task and the strategy of a resolved config; raises ``ConfigError``.
+
+    Equal schedule and optimizer descriptions give the same objects, so that
+    the strategies of a sweep's runs share them (``es.evolve_many`` compares
+    schedules by identity). ``inject_hyperparams`` builds the optimizer with
+    ``optax.inject_hyperparams``: its numeric arguments then live in the
+    optimizer state, where the runs of a sweep may differ in them.
+    """
     import es
     import tasks
 
@@ -545,7 +570,7 @@ def build(config: dict) -> Experiment:
             value = _schedule(where, value)
             _check_schedule_values(where, value, generations, positive=True)
         elif field.kind == "optimizer":
-            value = _build_optimizer(where, value, generations)
+            value = _build_optimizer(where, value, generations, inject_hyperparams)
         elif field.kind == "noise":
             value = _build_noise(where, value)
         kwargs[key] = value
@@ -557,9 +582,17 @@ def build(config: dict) -> Experiment:
     return Experiment(task, strategy)
 
 
-def _build_optimizer(where: str, value: dict, generations: int):
+def _build_optimizer(where: str, value: dict, generations: int, inject_hyperparams: bool):
+    return _optimizer_from_json(where, json.dumps(value, sort_keys=True), generations, inject_hyperparams)
+
+
+@functools.lru_cache(maxsize=256)
+def _optimizer_from_json(where: str, text: str, generations: int, inject_hyperparams: bool):
+    import optax
+
     from es import optimizers
 
+    value = json.loads(text)
     kwargs = {}
     for key, arg in value.items():
         if key == "name":
@@ -568,8 +601,9 @@ def _build_optimizer(where: str, value: dict, generations: int):
             arg = _schedule(f"{where}.{key}", arg)
             _check_schedule_values(f"{where}.{key}", arg, generations, positive=False)
         kwargs[key] = arg
+    factory = optimizers.factory(value["name"])
     try:
-        return optimizers.make(value["name"], **kwargs)
+        return optax.inject_hyperparams(factory)(**kwargs) if inject_hyperparams else factory(**kwargs)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{where}: {value['name']}(...) failed: {error}") from None
 

@@ -5,10 +5,11 @@
     python -m experiments.reproduce --report-only                    # re-render docs from saved runs
 
 For each config (``experiments/configs/*.yaml``, the schema of
-``python -m experiments.train``) and seed, the script trains the config's
-strategy with ``es.run`` in segments of ``run.segment`` generations, evaluates
-the mean parameters after every segment on held-out episodes (its
-``on_segment`` hook: the learning curve), and
+``python -m experiments.train``) the script trains every seed as one program
+(``es.run_many``: one ``es.evolve_many`` per segment of ``run.segment``
+generations; each seed's run is the one ``python -m experiments.train --set
+run.seed=SEED`` makes), evaluates each seed's mean parameters after every
+segment on held-out episodes (its ``on_segment`` hook: the learning curve), and
 finally evaluates them on ``--eval-episodes`` fresh episodes whose keys are
 never used in training. Each run is saved as JSON under
 ``experiments/results/``; the report (table and PNG learning curves) is
@@ -66,9 +67,23 @@ def load_config(path, generations: int | None = None) -> tuple[dict, Any]:
 def train(config: dict, task, strategy, seed: int, eval_episodes: int) -> dict:
     """One seed of a resolved config and its built task and strategy: the learning curve and the final evaluation.
 
-    Training is ``python -m experiments.train``'s run with ``run.seed = seed`` generation for generation (the
-    same ``experiments.config.initial_state``, mesh and execution), through ``es.run``, whose ``on_segment``
-    hook evaluates the mean after every segment.
+    ``train_seeds`` for one seed.
+    """
+    return train_seeds(config, task, strategy, [seed], eval_episodes)[0]
+
+
+def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: int) -> list[dict]:
+    """Every seed of a resolved config, trained together as one program: learning curves and final evaluations.
+
+    The seeds' runs are the runs of one ``es.run_many`` (one compilation,
+    each device evaluating its share of every seed's population), and each
+    follows ``python -m experiments.train`` with ``run.seed = seed``
+    generation for generation (the same ``experiments.config.initial_state``,
+    mesh and execution; ``es.evolve_many`` runs each as its own ``es.evolve``
+    would, docs/guides/sweeps.md). Its ``on_segment`` hook evaluates every
+    seed's mean after each segment. One result per seed, in order; their
+    ``wall_s`` is the time of the program that trained them all
+    (``trained_with_seeds``).
     """
     import jax
 
@@ -76,61 +91,70 @@ def train(config: dict, task, strategy, seed: int, eval_episodes: int) -> dict:
     from experiments.config import initial_state
     from experiments.train import execution, make_mesh
 
-    config = {**config, "run": {**config["run"], "seed": seed}}
+    configs = [{**config, "run": {**config["run"], "seed": seed}} for seed in seeds]
     generations, segment = config["run"]["generations"], config["run"]["segment"]
     mesh = make_mesh(config, strategy.popsize)
     # counting_fitness: task.fitness's returns, plus a count of env steps in the state
-    fitness, state = initial_state(task, strategy, seed, fitness=task.counting_fitness)
+    fitness = task.counting_fitness
+    states = [initial_state(task, strategy, seed, fitness=fitness)[1] for seed in seeds]
 
     curve_eval = jax.jit(dataclasses.replace(task, num_episodes=CURVE_EPISODES).mean_return)
     reference_eval = jax.jit(dataclasses.replace(task, num_episodes=REFERENCE_TEST_EPISODES).mean_return)
     final_task = dataclasses.replace(task, num_episodes=eval_episodes)
-    eval_key = jax.random.key(EVAL_KEY_OFFSET + seed)
-    reference_key = jax.random.fold_in(eval_key, FINAL_EVAL_INDEX + 1)  # unused by the curve and the final
+    eval_keys = [jax.random.key(EVAL_KEY_OFFSET + seed) for seed in seeds]
+    # unused by the curve and the final evaluation
+    reference_keys = [jax.random.fold_in(key, FINAL_EVAL_INDEX + 1) for key in eval_keys]
 
     def evaluate(fn, state, k):
         return float(fn(state.params, k, state.fitness_state))
 
-    curve = [{"generation": 0, "env_steps": 0.0, "return": evaluate(curve_eval, state, jax.random.fold_in(eval_key, 0)),
-              "wall_s": 0.0, "fitness_mean": float("nan")}]
+    curves = [[{"generation": 0, "env_steps": 0.0, "return": evaluate(curve_eval, state, jax.random.fold_in(key, 0)),
+                "wall_s": 0.0, "fitness_mean": float("nan")}] for state, key in zip(states, eval_keys)]
     evaluating = [0.0]  # seconds spent in on_segment, not training
 
-    def on_segment(done: es.Segment) -> None:
+    def on_segment(segments: list[es.Segment]) -> None:
         start = time.perf_counter()
-        curve.append({
-            "generation": done.stop,
-            "env_steps": float(done.state.fitness_state.env_steps),
-            "return": evaluate(curve_eval, done.state, jax.random.fold_in(eval_key, done.stop)),
-            "wall_s": done.time_s - evaluating[0],
-            "fitness_mean": float(done.metrics["fitness_mean"][-1]),
-            "reference_test_return": evaluate(reference_eval, done.state, jax.random.fold_in(reference_key, done.stop)),
-        })
+        for seed, done, curve, key, reference_key in zip(seeds, segments, curves, eval_keys, reference_keys):
+            curve.append({
+                "generation": done.stop,
+                "env_steps": float(done.state.fitness_state.env_steps),
+                "return": evaluate(curve_eval, done.state, jax.random.fold_in(key, done.stop)),
+                "wall_s": done.time_s - evaluating[0],
+                "fitness_mean": float(done.metrics["fitness_mean"][-1]),
+                "reference_test_return": evaluate(reference_eval, done.state,
+                                                  jax.random.fold_in(reference_key, done.stop)),
+            })
+            print(f"  seed {seed} gen {done.stop:5d}  return {curve[-1]['return']:9.2f}  "
+                  f"population mean {curve[-1]['fitness_mean']:9.2f}  steps {curve[-1]['env_steps']:.3g}  "
+                  f"{curve[-1]['wall_s']:7.1f} s", flush=True)
         evaluating[0] += time.perf_counter() - start
-        print(f"  seed {seed} gen {done.stop:5d}  return {curve[-1]['return']:9.2f}  "
-              f"population mean {curve[-1]['fitness_mean']:9.2f}  steps {curve[-1]['env_steps']:.3g}  "
-              f"{curve[-1]['wall_s']:7.1f} s", flush=True)
 
-    result = es.run(strategy, fitness, state, generations, segment=segment, mesh=mesh, on_segment=on_segment,
-                    progress=False, handle_signals=False, **execution(config))
-    state = result.state
-    wall = float(result.time_s[-1]) - evaluating[0] if generations else 0.0
-    final_key = jax.random.fold_in(eval_key, FINAL_EVAL_INDEX)
-    final_returns = np.asarray(jax.jit(final_task.rollout)(state.params, final_key, state.fitness_state.obs).returns)
-    return {
-        "env": task.env_id,
-        "seed": seed,
-        "generations": generations,
-        "popsize": strategy.popsize,
-        "strategy": type(strategy).__name__,
-        "env_steps": float(state.fitness_state.env_steps),
-        "wall_s": wall,
-        "final_return_mean": float(np.mean(final_returns)),
-        "final_return_std": float(np.std(final_returns)),
-        "eval_episodes": eval_episodes,
-        "best_reference_test_return": max(p["reference_test_return"] for p in curve[1:]),
-        "curve": curve,
-        "config": config,
-    }
+    runs = es.run_many([strategy] * len(seeds), fitness, states, generations, segment=segment, mesh=mesh,
+                       on_segment=on_segment, progress=False, handle_signals=False, **execution(config))
+    results = []
+    final_rollout = jax.jit(final_task.rollout)
+    for seed, run, curve, key, run_config in zip(seeds, runs, curves, eval_keys, configs):
+        state = run.state
+        wall = float(run.time_s[-1]) - evaluating[0] if generations else 0.0
+        final_returns = np.asarray(final_rollout(state.params, jax.random.fold_in(key, FINAL_EVAL_INDEX),
+                                                 state.fitness_state.obs).returns)
+        results.append({
+            "env": task.env_id,
+            "seed": seed,
+            "generations": generations,
+            "popsize": strategy.popsize,
+            "strategy": type(strategy).__name__,
+            "env_steps": float(state.fitness_state.env_steps),
+            "wall_s": wall,
+            "trained_with_seeds": list(seeds),
+            "final_return_mean": float(np.mean(final_returns)),
+            "final_return_std": float(np.std(final_returns)),
+            "eval_episodes": eval_episodes,
+            "best_reference_test_return": max(p["reference_test_return"] for p in curve[1:]),
+            "curve": curve,
+            "config": run_config,
+        })
+    return results
 
 
 # -------------------------------------------------------------------------- report
@@ -207,7 +231,7 @@ def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | No
             rs[0]["generations"],
             f"{rs[0]['popsize']}",
             f"{np.mean([r['env_steps'] for r in rs]) / 1e6:,.1f} M",
-            f"{np.mean([r['wall_s'] for r in rs]):,.0f} s",
+            f"{np.mean([r['wall_s'] / len(r.get('trained_with_seeds', [r['seed']])) for r in rs]):,.0f} s",
         ])
         plot(env, rs, DOCS / "img" / f"{env}.png")
     table = markdown_table(
@@ -229,7 +253,9 @@ def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | No
         "trained values); the table gives mean ± std over seeds of those per-seed means.",
         f"- **Seeds**: {', '.join(map(str, seeds))}. **Env steps**: environment transitions taken by the training population "
         "(counted exactly, before each episode's end). **Wall time**: training only (all `es.evolve` "
-        "calls, including compilation), not the evaluations.",
+        "calls, including compilation), not the evaluations; seeds trained together as one program "
+        "(`es.evolve_many`, `trained_with_seeds` in their JSON) share its time, and the column gives that time "
+        "divided by the number of seeds.",
         f"- **Device**: {device}. The machine's 2 cores may have been shared with other jobs while these ran, so "
         "wall times are noisy upper bounds.",
         "- **Reference**: the returns of the gymnax-blines ES checkpoints "
@@ -278,9 +304,8 @@ def main(argv: list[str] | None = None) -> None:
                 if args.configs:
                     parser.error(f"{path}: task {config['task']['name']!r} is not a gymnax environment")
                 continue  # e.g. demo.yaml (Rastrigin): not an environment to reproduce
-            print(f"{path}: {config['task']}", flush=True)
-            for seed in args.seeds:
-                result = train(config, task, strategy, seed, args.eval_episodes)
+            print(f"{path}: {config['task']}, seeds {', '.join(map(str, args.seeds))} in one program", flush=True)
+            for seed, result in zip(args.seeds, train_seeds(config, task, strategy, args.seeds, args.eval_episodes)):
                 result["device"] = machine_description()
                 print(f"  seed {seed}: final return {result['final_return_mean']:.2f} "
                       f"± {result['final_return_std']:.2f} over {args.eval_episodes} episodes", flush=True)

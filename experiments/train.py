@@ -2,6 +2,7 @@
 
     python -m experiments.train CONFIG.yaml [--set section.key=VALUE ...] [--run-dir DIR]
     python -m experiments.train [CONFIG.yaml] --resume RUN_DIR [--set run.generations=400]
+    python -m experiments.train CONFIG.yaml --seeds 0-7 [--sweep strategy.KEY=V1,V2,... ...] [--run-dir DIR]
 
 The run directory (default ``runs/<config name>-<date>-<time>``) holds
 ``config.yaml`` (the resolved config), ``metrics.jsonl`` (one line per
@@ -13,6 +14,17 @@ generation), ``checkpoints/<generation>/`` (the last ``run.keep_checkpoints``),
 what ``es.run`` lets a resume change: ``run.generations``, ``run.segment``,
 ``run.keep_checkpoints``, and ``run.num_devices`` and ``run.exchange`` unless
 the run uses (or switches to) ``exchange: gradient``.
+
+``--seeds`` and ``--sweep`` run a grid as one program (``es.run_many``):
+every ``--sweep`` setting (the product of several) with every seed. The
+directory then is a sweep directory (``experiments/grid.py``): ``sweep.yaml``,
+one run directory per run, named by its setting and seed, and
+``comparison.png``, the mean and spread over the seeds of each setting.
+``--resume SWEEP_DIR`` continues every run of the sweep. A sweep varies
+``strategy`` keys only, and only numeric ones (``sigma``, ``weight_decay``,
+an optimizer's ``learning_rate``...): those the runs of one program may
+differ in; sweeping an optimizer argument builds every run's optimizer with
+``optax.inject_hyperparams``.
 
 Every CPU core this process may use is one JAX device unless XLA_FLAGS or
 JAX_NUM_CPU_DEVICES says otherwise.
@@ -41,6 +53,7 @@ import sys
 import time
 
 from experiments import config as config_lib
+from experiments import grid
 from experiments.devices import emulate_cpu_devices
 
 CONFIG_NAME = "config.yaml"
@@ -57,7 +70,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     parser.add_argument("--run-dir", metavar="DIR", help="directory of a new run (default: runs/<config>-<time>)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--seeds", metavar="SEEDS",
+                        help="run every seed of SEEDS (e.g. 0-7, 0,3,5 or 0-3,8) in one program: a sweep")
+    parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...", dest="sweeps",
+                        help="run every value of a strategy key, e.g. strategy.sigma=0.05,0.1 (repeatable: "
+                             "their product), each with every seed, in one program")
     args = parser.parse_args(argv)
+    if args.resume is not None and (args.seeds is not None or args.sweeps):
+        parser.error("--resume SWEEP_DIR continues a sweep with the seeds and values it started with; "
+                     "drop --seeds and --sweep")
     if args.config is None and args.resume is None:
         parser.error("give a CONFIG.yaml, or --resume RUN_DIR")
     if args.resume is not None and args.run_dir is not None:
@@ -77,19 +98,15 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
         stored = config_lib.resolve(config_lib.load(stored_path))
         base = config_lib.resolve(config_lib.load(args.config)) if args.config else stored
         config = config_lib.resolve(config_lib.apply_overrides(base, args.overrides))
-        old, new = config_lib.identity(stored), config_lib.identity(config)
-        if old != new:
-            from es.checkpoint import describe_difference
-
-            raise config_lib.ConfigError(
-                f"--resume {run_dir}: the config differs from the run's in what determines its results: "
-                f"{describe_difference(old, new, 'the run', 'now')}. A resume may change only how the run executes "
-                "(run.generations, run.segment, run.keep_checkpoints, run.num_devices, run.exchange, as es.run "
-                "allows); start a new run for anything else."
-            )
+        _check_same_identity(run_dir, stored, config)
         return run_dir, config, True
     config = config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(config_lib.load(args.config)),
                                                             args.overrides))
+    return new_run_dir(args), config, False
+
+
+def new_run_dir(args: argparse.Namespace) -> pathlib.Path:
+    """``--run-dir``, or ``runs/<config name>-<date>-<time>``; refused if it holds anything."""
     if args.run_dir is not None:
         run_dir = pathlib.Path(args.run_dir)
     else:
@@ -104,7 +121,39 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
             f"--run-dir {run_dir} exists and is not empty; continue it with --resume {run_dir}, "
             "or choose another --run-dir."
         )
-    return run_dir, config, False
+    return run_dir
+
+
+def prepare_sweep(args: argparse.Namespace) -> tuple[pathlib.Path, dict, list[int], dict, list, bool]:
+    """``(sweep_dir, base config, seeds, swept values, runs, resuming)``; raises ``ConfigError``."""
+    if args.resume is not None:
+        sweep_dir = pathlib.Path(args.resume)
+        stored, seeds, axes, _ = grid.read_manifest(sweep_dir)
+        stored = config_lib.resolve(stored)
+        base = config_lib.resolve(config_lib.load(args.config)) if args.config else stored
+        base = config_lib.resolve(config_lib.apply_overrides(base, args.overrides))
+        runs = grid.grid(base, seeds, axes)
+        _check_same_identity(sweep_dir, grid.grid(stored, seeds, axes)[0].config, runs[0].config)
+        return sweep_dir, base, seeds, axes, runs, True
+    base = config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(config_lib.load(args.config)),
+                                                          args.overrides))
+    seeds = grid.parse_seeds(args.seeds) if args.seeds is not None else [base["run"]["seed"]]
+    axes = grid.parse_sweep(args.sweeps)
+    return new_run_dir(args), base, seeds, axes, grid.grid(base, seeds, axes), False
+
+
+def _check_same_identity(run_dir: pathlib.Path, stored: dict, config: dict) -> None:
+    """Refuse a resume whose config differs from the stored one in what determines the results."""
+    old, new = config_lib.identity(stored), config_lib.identity(config)
+    if old != new:
+        from es.checkpoint import describe_difference
+
+        raise config_lib.ConfigError(
+            f"--resume {run_dir}: the config differs from the run's in what determines its results: "
+            f"{describe_difference(old, new, 'the run', 'now')}. A resume may change only how the run executes "
+            "(run.generations, run.segment, run.keep_checkpoints, run.num_devices, run.exchange, as es.run "
+            "allows); start a new run for anything else."
+        )
 
 
 def make_mesh(config: dict, popsize: int):
@@ -133,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    error, prepared = _prepare_run(args)
+    sweeping = args.seeds is not None or bool(args.sweeps) or (args.resume is not None and grid.is_sweep(args.resume))
+    error, prepared = (_prepare_sweep if sweeping else _prepare_run)(args)
     # Every process checks its inputs before process 0 writes anything (the others read config.yaml on resume).
     errors = es.distributed.all_processes("experiments.train/checked", error or "")
     if any(errors):
@@ -143,25 +193,20 @@ def main(argv: list[str] | None = None) -> int:
                     where = f"process {process}: " if len(errors) > 1 and process else ""
                     print(f"error: {where}{message}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    run_dir, config, resuming, task, strategy, fitness, state, mesh = prepared
+    return (_train_sweep if sweeping else _train)(args, *prepared)
 
-    import jax
+
+def _train(args, run_dir, config, resuming, task, strategy, fitness, state, mesh) -> int:
+    """One run: ``es.run`` into ``run_dir``; the exit status."""
+    import es
 
     run = config["run"]
     writer = es.is_writer()
     if writer:
         run_dir.mkdir(parents=True, exist_ok=True)
         _write_atomically(run_dir / CONFIG_NAME, config_lib.dump(config))
-        options = ", ".join(f"{k}={v}" for k, v in config["task"]["options"].items())
-        processes = es.distributed.process_count()
-        where = f" in {processes} processes" if processes > 1 else ""
-        print(
-            f"{config['task']['name']}({options}) | {type(strategy).__name__} popsize {strategy.popsize} | "
-            f"{run['generations']} "
-            f"generations in segments of {run['segment']} | {mesh.size} {jax.default_backend()} device(s)"
-            f"{where}\nrun dir: {run_dir}" + (" (resuming)" if resuming else ""),
-            flush=True,
-        )
+        print(_header(config, strategy, mesh) + f"\nrun dir: {run_dir}" + (" (resuming)" if resuming else ""),
+              flush=True)
     start = time.perf_counter()
     try:
         result = es.run(
@@ -175,6 +220,54 @@ def main(argv: list[str] | None = None) -> int:
     if writer:
         _report(run_dir, result, time.perf_counter() - start)
     return 0 if result.completed else 128 + result.stopped_by
+
+
+def _train_sweep(args, sweep_dir, base, seeds, axes, runs, resuming, strategies, fitness, states, mesh) -> int:
+    """A sweep: ``es.run_many`` into one run directory per run of ``sweep_dir``; the exit status."""
+    import es
+
+    run = base["run"]
+    writer = es.is_writer()
+    run_dirs = [sweep_dir / each.name for each in runs]
+    if writer:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomically(sweep_dir / grid.SWEEP_NAME, grid.manifest(base, seeds, axes, runs))
+        for each, run_dir in zip(runs, run_dirs):
+            run_dir.mkdir(exist_ok=True)
+            _write_atomically(run_dir / CONFIG_NAME, config_lib.dump(each.config))
+        settings = len(runs) // len(seeds)
+        print(_header(base, strategies[0], mesh) + f"\n{len(runs)} runs in one program: seeds "
+              f"{','.join(map(str, seeds))}" + (f" x {settings} settings of {', '.join(axes)}" if axes else "")
+              + f"\nsweep dir: {sweep_dir}" + (" (resuming)" if resuming else ""), flush=True)
+    start = time.perf_counter()
+    try:
+        results = es.run_many(
+            strategies, fitness, states, run["generations"], run_dirs=run_dirs, segment=run["segment"],
+            keep_checkpoints=run["keep_checkpoints"], configs=[config_lib.identity(each.config) for each in runs],
+            resume=resuming, mesh=mesh, progress=not args.no_progress,
+            description=f"{base['task']['name']} x{len(runs)}", **execution(base),
+        )
+    except es.CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if writer:
+        _report_sweep(sweep_dir, runs, results, time.perf_counter() - start)
+    return 0 if results[0].completed else 128 + results[0].stopped_by
+
+
+def _header(config: dict, strategy, mesh) -> str:
+    """The first line a run prints: task, strategy, generations, devices."""
+    import jax
+
+    import es
+
+    run = config["run"]
+    options = ", ".join(f"{k}={v}" for k, v in config["task"]["options"].items())
+    processes = es.distributed.process_count()
+    where = f" in {processes} processes" if processes > 1 else ""
+    return (f"{config['task']['name']}({options}) | {type(strategy).__name__} popsize {strategy.popsize} | "
+            f"{run['generations']} generations in segments of {run['segment']} | {mesh.size} "
+            f"{jax.default_backend()} device(s){where}")
 
 
 def _prepare_run(args: argparse.Namespace):
@@ -192,6 +285,27 @@ def _prepare_run(args: argparse.Namespace):
     except (TypeError, ValueError) as error:  # es's own checks of the strategy against the task
         return f"strategy / task: {error}", None
     return None, (run_dir, config, resuming, task, strategy, fitness, state, mesh)
+
+
+def _prepare_sweep(args: argparse.Namespace):
+    """``(error message, None)`` or ``(None, (sweep_dir, base, seeds, axes, runs, resuming, strategies, fitness,
+    states, mesh))``."""
+    from es.sweep import check_evolve_many_args
+
+    try:
+        sweep_dir, base, seeds, axes, runs, resuming = prepare_sweep(args)
+        inject = grid.injects_hyperparams(axes)
+        built = [config_lib.build(each.config, inject_hyperparams=inject) for each in runs]
+        task = built[0].task  # a sweep varies strategy keys only: every run has this task
+        strategies = [experiment.strategy for experiment in built]
+        states = [config_lib.initial_state(task, strategy, each.seed)[1] for strategy, each in zip(strategies, runs)]
+        mesh = make_mesh(base, strategies[0].popsize)
+        check_evolve_many_args(strategies, task.fitness, states, base["run"]["generations"], mesh, **execution(base))
+    except config_lib.ConfigError as error:
+        return str(error), None
+    except (TypeError, ValueError) as error:  # es's checks of the runs against each other and the task
+        return f"sweep: {error}", None
+    return None, (sweep_dir, base, seeds, axes, runs, resuming, strategies, task.fitness, states, mesh)
 
 
 def _write_atomically(path: pathlib.Path, text: str) -> None:
@@ -220,6 +334,36 @@ def _report(run_dir: pathlib.Path, result, seconds: float) -> None:
         print(f"stopped by {signal.Signals(result.stopped_by).name} at generation {generations} (checkpointed); "
               f"continue with: python -m experiments.train --resume {run_dir}")
     print(f"wrote {run_dir}/: {', '.join(written)}")
+
+
+def _report_sweep(sweep_dir: pathlib.Path, runs: list, results: list, seconds: float) -> None:
+    from experiments.plot import CURVE_NAME, plot_runs, plot_sweep
+
+    import numpy as np
+
+    generations = int(results[0].state.generation)
+    if generations:
+        for each in runs:
+            plot_runs([sweep_dir / each.name], sweep_dir / each.name / CURVE_NAME)
+        plot_sweep(grid.groups(sweep_dir), sweep_dir / grid.COMPARISON_NAME)
+    if results[0].completed:
+        print(f"done: {len(runs)} runs of {generations} generations in {seconds:.1f} s")
+    else:
+        import signal
+
+        print(f"stopped by {signal.Signals(results[0].stopped_by).name} at generation {generations} (checkpointed); "
+              f"continue with: python -m experiments.train --resume {sweep_dir}")
+    if generations:
+        by_setting: dict[str, list] = {}
+        for each, result in zip(runs, results):
+            by_setting.setdefault(grid.setting_label(each.setting), []).append(result.metrics)
+        for label, metrics in by_setting.items():
+            best = np.array([m["best_fitness"][-1] for m in metrics], float)
+            mean = np.array([m["fitness_mean"][-1] for m in metrics], float)
+            print(f"  {label}: best fitness {best.mean():.6g} ± {best.std():.3g}, last population mean "
+                  f"{mean.mean():.6g} ± {mean.std():.3g} over {len(metrics)} seed(s)")
+    written = [grid.SWEEP_NAME, f"{len(runs)} run directories"] + ([grid.COMPARISON_NAME] if generations else [])
+    print(f"wrote {sweep_dir}/: {', '.join(written)}")
 
 
 if __name__ == "__main__":

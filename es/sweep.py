@@ -1,0 +1,369 @@
+"""Sweeps: many runs of one strategy, over seeds and numeric hyperparameters, as one compiled program.
+
+    strategies = [es.OpenES(popsize=64, sigma=s) for s in (0.05, 0.1) for _ in range(8)]
+    states = [st.init(jax.random.key(seed), params) for st, seed in zip(strategies, list(range(8)) * 2)]
+    states, metrics = es.evolve_many(strategies, fitness_fn, states, 100, mesh=es.make_mesh())
+
+The runs are stacked along a leading run axis and ``engine.generation_step``
+is ``vmap``ped over it, inside the same ``shard_map`` as ``es.evolve``::
+
+    device d of n, every generation             every device
+    ---------------------------------           ------------------------------------------
+    for each micro-batch of its share:           fitness f32[runs, popsize] (all-gathered)
+      members of every run (vmap)      ---->     every run's update (vmap), noise rebuilt
+      evaluate them together                     in chunks of update_batch_size per run
+
+so each device evaluates its share of every run's population, only fitnesses
+(``runs x popsize`` scalars) cross devices, and peak memory grows with
+``runs x (eval_batch_size + update_batch_size) x num_params``, never with
+popsize. One compilation serves all the runs, and a later call whose runs
+vary the same fields (with other values) reuses it.
+
+What may differ between the runs: the state (any seed, any initial params
+of one structure) and the strategy's numeric hyperparameters
+(``Strategy.hyperparameters()``: ``sigma``, ``weight_decay``, learning
+rates...), which enter the program as traced float32 values through
+``Strategy.with_hyperparameters``. Optimizers may differ only where their
+numbers live in their state, i.e. optimizers built with
+``optax.inject_hyperparams``; two optimizers are accepted when their
+``update`` traces to the same program. Everything else (kind, ``popsize``,
+``antithetic``, noise source, shaping, schedules, params structure) must be
+equal, or ``evolve_many`` raises an error that names what differs.
+
+Equality with separate ``es.evolve`` runs: every run follows its own
+``es.evolve`` (same keys, same members, same update). Bit for bit where
+``vmap`` leaves XLA's arithmetic alone, which we test for every strategy on
+``jnp`` fitness functions; a hyperparameter that varies is a runtime value
+instead of a compile-time constant, and XLA may round an expression with it
+differently (see docs/guides/sweeps.md for what we measured).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh
+
+from es import validation
+from es.distributed import replicate
+from es.engine import (
+    Execution, Metrics, check_evolve_args, check_state, evaluate_local, generation_step, shard_replicated,
+    this_generation,
+)
+from es.fitness import FitnessRef, GivenFitness
+from es.strategy import State, Strategy
+
+PyTree = Any
+
+
+class Sweep(NamedTuple):
+    """What ``check_evolve_many_args`` resolves: the program's static parts and the runs' values.
+
+    Attributes:
+      template: the strategy the program is compiled for: ``strategies[0]``
+        with the varying hyperparameters set to a placeholder ``0.0`` (so the
+        compiled program depends on which fields vary, not on their values).
+      values: field name -> float32[runs], the varying hyperparameters.
+      mesh, execution: as ``es.evolve`` resolves them.
+    """
+
+    template: Strategy
+    values: dict[str, np.ndarray]
+    mesh: Mesh
+    execution: Execution
+
+
+def evolve_many(
+    strategies: Sequence[Strategy],
+    fitness_fn: Callable,
+    states: Sequence[State],
+    num_generations: int,
+    mesh: Mesh | None = None,
+    *,
+    exchange: str = "fitness",
+    eval_batch_size: int | None = None,
+    update_batch_size: int | None = None,
+) -> tuple[list[State], list[Metrics]]:
+    """Run ``num_generations`` generations of several runs at once: one compiled program, vmapped over the runs.
+
+    Args:
+      strategies: a list of strategies of one kind that differ at most in
+        their numeric hyperparameters (``Strategy.hyperparameters()``) and in
+        optimizers built with ``optax.inject_hyperparams``.
+      fitness_fn: as for ``es.evolve``, shared by every run.
+      states: one state per strategy (``strategies[i].init(...)``, any seed;
+        params of one structure, shapes and dtypes), or the states a previous
+        ``evolve_many`` returned.
+      num_generations: a Python int >= 0.
+      mesh, exchange, eval_batch_size, update_batch_size: as for
+        ``es.evolve``; each device evaluates its share of every run's
+        population, ``eval_batch_size`` members of every run at a time.
+
+    Returns:
+      ``(states, metrics)``: lists with one final state and one metrics dict
+      per run, in the order of ``strategies``; each as ``es.evolve`` returns
+      it for that run. Run ``i`` equals ``es.evolve(strategies[i],
+      fitness_fn, states[i], ...)``: bit for bit where XLA compiles the
+      vmapped arithmetic identically, otherwise within float32 rounding
+      (module docstring, docs/guides/sweeps.md).
+
+    Raises:
+      TypeError / ValueError before anything is compiled, naming the run and
+      the field that differs, for strategies of different kinds or
+      non-numeric settings, optimizers that compute differently, states of
+      another structure, and everything ``es.evolve`` refuses.
+    """
+    sweep = check_evolve_many_args(
+        strategies, fitness_fn, states, num_generations, mesh, exchange, eval_batch_size, update_batch_size
+    )
+    return evolve_checked(sweep, fitness_fn, states, num_generations)
+
+
+def evolve_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[State], num_generations: int):
+    """``evolve_many`` once its arguments passed ``check_evolve_many_args`` (``es.run_many``: every segment).
+
+    The states are stacked along a leading run axis, and split again, by
+    small programs of their own, so that the compiled generations depend on
+    the number of runs through the shapes only.
+    """
+    values, stacked = replicate((sweep.values, stack(list(states))), sweep.mesh)
+    stacked, metrics = _evolve_many_compiled(
+        sweep.template, FitnessRef(fitness_fn), sweep.mesh, sweep.execution, int(num_generations), values, stacked
+    )
+    return unstack(stacked, metrics)
+
+
+@jax.jit
+def stack(states: list[State]) -> State:
+    """The states as one, every leaf with a leading run axis."""
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+
+
+@jax.jit
+def unstack(stacked: State, metrics: Metrics) -> tuple[list[State], list[Metrics]]:
+    """Every run's state and metrics (``[generations]`` each) from the stacked ones (``[generations, runs]``)."""
+    count = jax.tree.leaves(stacked)[0].shape[0]
+    states = [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)]
+    return states, [{name: m[:, i] for name, m in metrics.items()} for i in range(count)]
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _evolve_many_compiled(template, fitness, mesh, execution, num_generations, values, states):
+    run = functools.partial(run_many_generations, template, fitness, mesh, execution, num_generations)
+    return shard_replicated(run, mesh)((values, states))
+
+
+def run_many_generations(template, fitness, mesh, execution, num_generations, inputs):
+    """``num_generations`` generations of every run (inside the ``shard_map``): a scan of ``sweep_step``.
+
+    ``inputs`` is ``(values, states)``: the varying hyperparameters
+    (float32[runs] each) and the states stacked along a leading run axis.
+    Returns the stacked states and metrics of shape ``[generations, runs]``.
+    """
+    values, states = inputs
+    dim = sum(int(np.prod(x.shape[1:])) for x in jax.tree.leaves(states.params))
+    noise_aux = template.noise.prepare(dim)  # shared: the runs have the same noise source
+    step = functools.partial(sweep_step, template, fitness, mesh, execution, noise_aux, values)
+    return jax.lax.scan(lambda s, _: step(s), states, length=num_generations)
+
+
+def sweep_step(template, fitness, mesh, execution, noise_aux, values, states):
+    """One generation of every run, on one device: the evaluation vmapped over the runs, then each run's update.
+
+    1. ``vmap`` over the runs of ``engine.evaluate_local``: this device's
+       members of every run, ``eval_batch_size`` of each run at a time (so
+       the fitness function sees ``runs x eval_batch_size`` members at once:
+       where a sweep gains its speed on small populations).
+    2. ``lax.map`` over the runs of ``engine.generation_step``, whose
+       evaluation reads the fitnesses of step 1 (``GivenFitness``): the
+       exchange, the strategy's update and the metrics run one run at a
+       time, in the same shapes as in ``es.evolve``, so XLA compiles that
+       arithmetic as it does there and each run stays bit-identical to its
+       own ``es.evolve`` (a ``vmap`` would batch its reductions, which XLA
+       may round differently).
+    """
+
+    def evaluate(run_values, state):
+        strategy = template.with_hyperparameters(run_values)
+        members = this_generation(strategy, noise_aux, state)
+        return evaluate_local(strategy, fitness, mesh, execution, members, state)
+
+    local_members, (local_fitness, local_stats) = jax.vmap(evaluate)(values, states)
+
+    def update(run):
+        run_values, state, run_fitness, run_stats, members = jax.lax.optimization_barrier(run)
+        given = GivenFitness(run_fitness, run_stats, first=members[0], fn=fitness.fn)
+        strategy = template.with_hyperparameters(run_values)
+        return jax.lax.optimization_barrier(generation_step(strategy, given, mesh, execution, noise_aux, state))
+
+    return jax.lax.map(update, (values, states, local_fitness, local_stats, local_members))
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_evolve_many_args(
+    strategies, fitness_fn, states, num_generations, mesh, exchange="fitness", eval_batch_size=None,
+    update_batch_size=None,
+) -> Sweep:
+    """Validate ``evolve_many``'s arguments before any compilation; return the ``Sweep``."""
+    for name, value in (("strategies", strategies), ("states", states)):
+        if not isinstance(value, (list, tuple)) or not value:
+            raise TypeError(
+                f"es.evolve_many({name}=...): {name} must be a non-empty list (one entry per run), "
+                f"got {type(value).__name__}."
+            )
+    if len(states) != len(strategies):
+        raise ValueError(
+            f"es.evolve_many: {len(strategies)} strategies but {len(states)} states; give one state per "
+            "strategy (repeat a strategy to run it from several seeds)."
+        )
+    for i, strategy in enumerate(strategies):
+        if not isinstance(strategy, Strategy):
+            raise TypeError(
+                f"es.evolve_many: strategies[{i}] must be an es strategy (es.OpenES, es.SNES, ...), "
+                f"got {type(strategy).__name__}."
+            )
+    mesh, execution = check_evolve_args(
+        strategies[0], fitness_fn, states[0], num_generations, mesh, exchange, eval_batch_size, update_batch_size
+    )
+    first = strategies[0]
+    varying, optimizers = varying_hyperparameters(strategies, states[0].params)
+    for i in range(1, len(strategies)):
+        _check_run_state(i, strategies[i], fitness_fn, states[i], states[0])
+    template = dataclasses.replace(first, **optimizers).with_hyperparameters({name: 0.0 for name in varying})
+    values = {name: np.asarray([s.hyperparameters()[name] for s in strategies], np.float32) for name in varying}
+    return Sweep(template, values, mesh, execution)
+
+
+def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> tuple[tuple[str, ...], dict]:
+    """``(names, optimizers)``: the numeric hyperparameters whose values differ between ``strategies``, and
+    the optimizer each optimizer field compiles with; raise if anything else differs.
+
+    Numeric hyperparameters (floats) may differ. Optimizers must compute the
+    same function of ``(gradient, optimizer state, params)`` (see
+    ``check_same_optimizer``). Every other field must be equal.
+    """
+    first = strategies[0]
+    kind = type(first).__name__
+    varying, optimizers = [], {}
+    for i, strategy in enumerate(strategies[1:], start=1):
+        if type(strategy) is not type(first):
+            raise TypeError(
+                f"es.evolve_many: strategies[{i}] is {type(strategy).__name__} but strategies[0] is {kind}; the "
+                "runs of one evolve_many share one program, so they must be strategies of one kind (run each "
+                "kind in its own evolve_many)."
+            )
+    numeric = first.hyperparameters()
+    for name in first.fields():
+        values = [getattr(s, name) for s in strategies]
+        if name in numeric and all(isinstance(v, float) for v in values):
+            if any(v != values[0] for v in values):
+                varying.append(name)
+        elif all(isinstance(v, optax.GradientTransformation) for v in values):
+            optimizers[name] = check_same_optimizer(kind, name, values, params)
+        else:
+            for i, value in enumerate(values[1:], start=1):
+                if not _same_setting(value, values[0]):
+                    raise ValueError(
+                        f"es.evolve_many: strategies[{i}].{name}={value!r} but strategies[0].{name}={values[0]!r}. "
+                        f"The runs may differ only in the numeric hyperparameters of {kind} "
+                        f"({', '.join(sorted(numeric)) or 'none'}; floats) and in optimizers built with "
+                        f"optax.inject_hyperparams; {name} shapes the compiled program"
+                        f"{_same_object_hint(value)}. Give every run the same {name}, or run each setting in its "
+                        "own evolve_many."
+                    )
+    return tuple(varying), optimizers
+
+
+def _same_setting(a, b) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # an object whose == cannot answer (arrays): not the same setting
+        return False
+
+
+def _same_object_hint(value) -> str:
+    if callable(value):
+        return " (a callable, such as a schedule or a shaping function, is compared by identity: pass the same object)"
+    return ""
+
+
+def _uses_inject_hyperparams(state_shape: PyTree) -> bool:
+    injected = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
+    nodes = jax.tree.leaves(state_shape, is_leaf=lambda x: isinstance(x, injected))
+    return any(isinstance(node, injected) for node in nodes)
+
+
+def check_same_optimizer(kind: str, name: str, optimizers: Sequence[optax.GradientTransformation],
+                         params) -> optax.GradientTransformation:
+    """The optimizer to compile with; raise ``ValueError`` unless every optimizer computes what ``optimizers[0]`` does.
+
+    Two optimizers compute the same when their ``update(gradient, state,
+    params)`` traces to the same jaxpr with the same constants: the same
+    object, two ``optax.adam(1e-2)`` built apart, or two
+    ``optax.inject_hyperparams(optax.adam)(learning_rate=...)`` with any
+    learning rates (those live in the optimizer state, which is each run's
+    own). ``optax.adam(1e-2)`` and ``optax.adam(3e-2)`` differ in a constant.
+
+    Returns the first optimizer seen (in this process) that computes the
+    same, so that a later sweep with new but equivalent optimizer objects
+    (``inject_hyperparams`` builds one per run) reuses the compiled program.
+    """
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), params)
+    reference = _update_program(optimizers[0], abstract)
+    for i, optimizer in enumerate(optimizers[1:], start=1):
+        if optimizer is optimizers[0] or _update_program(optimizer, abstract) == reference:
+            continue
+        injected = _uses_inject_hyperparams(jax.eval_shape(optimizer.init, abstract))
+        fix = (
+            "they are both built with optax.inject_hyperparams but differ beyond the hyperparameters in their "
+            "state (another inner optimizer, a static argument, or a schedule)" if injected else
+            "its numbers are constants of the compiled program. To sweep optimizer hyperparameters, build every "
+            "run's optimizer with optax.inject_hyperparams, e.g. "
+            "optax.inject_hyperparams(optax.adam)(learning_rate=3e-3), so that they live in each run's state"
+        )
+        raise ValueError(
+            f"es.evolve_many: strategies[{i}].{name} computes differently from strategies[0].{name} ({kind}); "
+            f"{fix}."
+        )
+    if len(_EQUIVALENT_OPTIMIZERS) >= _MAX_REMEMBERED:
+        _EQUIVALENT_OPTIMIZERS.clear()
+    return _EQUIVALENT_OPTIMIZERS.setdefault(reference, optimizers[0])
+
+
+# The first optimizer seen for each update program (see check_same_optimizer), at most _MAX_REMEMBERED.
+_EQUIVALENT_OPTIMIZERS: dict[tuple, optax.GradientTransformation] = {}
+_MAX_REMEMBERED = 256
+
+
+def _update_program(optimizer: optax.GradientTransformation, abstract_params) -> tuple:
+    """What ``optimizer.update`` computes, as data: its state's structure, jaxpr text and constants."""
+    state = jax.eval_shape(optimizer.init, abstract_params)
+    closed = jax.make_jaxpr(optimizer.update)(abstract_params, state, abstract_params)
+    constants = tuple((np.shape(c), str(np.result_type(c)), np.asarray(c).tobytes()) for c in closed.consts)
+    return str(jax.tree.structure(state)), str(closed.jaxpr), constants
+
+
+def _check_run_state(i: int, strategy: Strategy, fitness_fn, state, first_state) -> None:
+    """``state`` must belong to ``strategy`` and have the structure, shapes and dtypes of ``states[0]``."""
+    try:
+        check_state(strategy, fitness_fn, state)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"es.evolve_many: states[{i}] (of strategies[{i}]): {error}") from None
+    difference = validation.tree_difference(state, first_state)
+    if difference is not None:
+        where = f"states[{i}]" + (difference if difference[0] in ".[" else f": {difference}")
+        raise ValueError(
+            f"es.evolve_many: {where} (as in states[0]). The runs must share one params structure (shapes, "
+            "dtypes), key type and fitness state; make every state with strategy.init from params of one "
+            "structure."
+        )

@@ -1,0 +1,266 @@
+"""es.evolve_many and es.run_many: every run equals its own es.evolve, one compilation, memory bounded by the
+micro-batches, clear errors for runs that cannot share a program, per-run directories that resume."""
+
+import logging
+import pathlib
+import shutil
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import sphere
+from test_engine import noisy_policy_return, policy_params
+from test_validation import raises
+
+import es
+import tasks
+
+GENERATIONS = 3
+
+# Runs that differ in every numeric hyperparameter a strategy has (and in seed); one case per strategy.
+SWEEPS = {
+    "OpenES": [es.OpenES(popsize=16, sigma=s, weight_decay=w, optimizer=optax.adam(0.05))
+               for s, w in ((0.1, 0.0), (0.2, 0.01))],
+    "OpenES-inject_hyperparams": [
+        es.OpenES(popsize=16, sigma=0.1, optimizer=optax.inject_hyperparams(optax.adam)(learning_rate=lr))
+        for lr in (0.01, 0.1)
+    ],
+    "SNES": [es.SNES(popsize=16, sigma=s, learning_rate=lr, sigma_learning_rate=slr)
+             for s, lr, slr in ((0.3, 1.0, 0.1), (0.1, 0.5, 0.2))],
+    "PGPE": [es.PGPE(popsize=16, sigma=s, sigma_learning_rate=slr, sigma_max_change=c)
+             for s, slr, c in ((0.3, 0.1, 0.2), (0.1, 0.2, 0.1))],
+    "ARS": [es.ARS(popsize=16, sigma=s, learning_rate=lr, top_k=4) for s, lr in ((0.1, 0.05), (0.2, 0.02))],
+    "SepCMAES": [es.SepCMAES(popsize=16, sigma=s) for s in (0.3, 0.1)],
+}
+
+
+def initial_states(strategies, params=None):
+    params = policy_params(jax.random.key(1)) if params is None else params
+    return [strategy.init(jax.random.key(seed), params) for seed, strategy in enumerate(strategies)]
+
+
+def host(tree):
+    """Numpy copies of every leaf (PRNG keys as their key data), to compare across devices and programs."""
+    def leaf(x):
+        return np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+
+    return jax.tree.map(leaf, tree)
+
+
+def evolve_both(strategies, fitness_fn, params, mesh):
+    """``(evolve_many's states and metrics, each run's own es.evolve)``, on the host."""
+    states = initial_states(strategies, params)
+    finals, metrics = es.evolve_many(strategies, fitness_fn, states, GENERATIONS, mesh=mesh)
+    assert len(finals) == len(metrics) == len(strategies)
+    alone = [es.evolve(strategy, fitness_fn, state, GENERATIONS, mesh=mesh) for strategy, state in zip(strategies, states)]
+    assert not np.array_equal(metrics[0]["fitness_mean"], metrics[1]["fitness_mean"])  # the runs differ
+    return host(list(zip(finals, metrics))), host(alone)
+
+
+@pytest.mark.parametrize("name", ["SNES", "PGPE", "ARS", "SepCMAES"])  # OpenES: bit-identical on the rollout below
+def test_other_strategies_on_a_sphere_are_bit_identical_to_their_own_evolve(name):
+    swept, alone = evolve_both(SWEEPS[name], sphere, {"w": jnp.linspace(-1, 1, 50).reshape(5, 10), "b": jnp.ones(3)},
+                               mesh=None)
+    chex.assert_trees_all_equal(swept, alone)
+
+
+@pytest.mark.parametrize("name", ["OpenES", "OpenES-inject_hyperparams"])
+def test_openes_on_a_policy_rollout_is_bit_identical_to_its_own_evolve_on_2_devices(name):
+    swept, alone = evolve_both(SWEEPS[name], noisy_policy_return, None, es.make_mesh(2))
+    chex.assert_trees_all_equal(swept, alone)
+
+
+@pytest.mark.parametrize("name", ["SNES", "PGPE", "ARS", "SepCMAES"])
+def test_other_strategies_on_a_policy_rollout_equal_their_own_evolve_within_float32_rounding(name):
+    # XLA contracts a * b + c into one FMA where a fusion holds both: the update of SNES, PGPE, ARS and
+    # SepCMAES (mean + step) may then round differently in the sweep's program than in es.evolve's
+    # (measured: the last bit of some params, from the first generation on).
+    swept, alone = evolve_both(SWEEPS[name], noisy_policy_return, None, es.make_mesh(2))
+    chex.assert_trees_all_close(swept, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_env_runs_with_observation_normalisation_are_bit_identical_to_evolve():
+    task = tasks.make("Pendulum-v1", num_episodes=1, max_steps=8, hidden_sizes=(4,), obs_norm=True)
+    strategies = [es.OpenES(popsize=8, sigma=0.05)] * 2  # seeds only: the hyperparameters are tested above
+    states = [es.init_from_seed(s, seed, task.init_params, fitness=task.fitness) for seed, s in enumerate(strategies)]
+    finals, metrics = es.evolve_many(strategies, task.fitness, states, 2)
+    for strategy, state, final, run_metrics in zip(strategies, states, finals, metrics):
+        alone, alone_metrics = es.evolve(strategy, task.fitness, state, 2)
+        chex.assert_trees_all_equal(host(final), host(alone))  # fitness_state (running obs stats) included
+        chex.assert_trees_all_equal(host(run_metrics), host(alone_metrics))
+
+
+class CompileLog(logging.Handler):
+    """Counts XLA compilations of the sweep's program (not its small stack/unstack helpers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record):
+        self.count += record.getMessage().startswith("Finished XLA compilation of jit(_evolve_many_compiled)")
+
+
+def compilations(fn):
+    handler = CompileLog()
+    logger = logging.getLogger("jax")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with jax.log_compiles(True):
+            jax.block_until_ready(fn())
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return handler.count
+
+
+def test_one_compilation_serves_every_run_and_other_values_of_the_same_fields():
+    def sweep(sigmas, learning_rates, seeds):
+        strategies = [es.OpenES(popsize=8, sigma=s, optimizer=optax.inject_hyperparams(optax.sgd)(learning_rate=lr))
+                      for s, lr in zip(sigmas, learning_rates)]
+        states = [s.init(jax.random.key(seed), jnp.ones(5)) for s, seed in zip(strategies, seeds)]
+        return lambda: es.evolve_many(strategies, sphere, states, 2)
+
+    assert compilations(sweep((0.1, 0.2, 0.3, 0.4), (0.1, 0.1, 0.2, 0.2), (0, 1, 2, 3))) == 1
+    assert compilations(sweep((0.5, 0.6, 0.7, 0.8), (0.3, 0.3, 0.4, 0.4), (4, 5, 6, 7))) == 0
+
+
+def test_memory_grows_with_runs_times_micro_batch_never_with_popsize():
+    dim = 20_000
+
+    def temp_bytes(popsize, runs):
+        strategies = [es.OpenES(popsize=popsize, sigma=0.1 * (i + 1)) for i in range(runs)]
+        states = initial_states(strategies, jnp.ones(dim))
+        compiled = jax.jit(lambda s: es.evolve_many(strategies, sphere, s, 1, eval_batch_size=4,
+                                                    update_batch_size=16)).lower(states).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    small, large = temp_bytes(64, 2), temp_bytes(512, 2)
+    assert large - small < 4 * dim, (small, large)  # 8x the popsize: not one more params-sized buffer
+    assert temp_bytes(64, 4) - small >= 2 * 4 * 4 * dim  # 2 more runs: 2 x eval_batch_size more perturbations
+
+
+# ------------------------------------------------------------------------------------------------ errors
+
+ADAM = optax.adam(0.05)
+BASE = es.OpenES(popsize=8, sigma=0.1, optimizer=ADAM)
+
+
+def refused(strategies, states=None, params=None, fitness=sphere):
+    states = initial_states(strategies, jnp.ones(4) if params is None else params) if states is None else states
+    return es.evolve_many(strategies, fitness, states, 1)
+
+
+@pytest.mark.parametrize("other, error, fragments", [
+    (es.SNES(popsize=8), TypeError, ["strategies[1] is SNES but strategies[0] is OpenES", "one kind"]),
+    (es.OpenES(popsize=16, optimizer=ADAM), ValueError, ["strategies[1].popsize=16 but strategies[0].popsize=8",
+                                                         "sigma, weight_decay"]),
+    (es.OpenES(popsize=8, antithetic=False, optimizer=ADAM), ValueError, ["antithetic=False", "antithetic=True"]),
+    (es.OpenES(popsize=8, noise=es.NoiseTable(size=4096), optimizer=ADAM), ValueError, ["strategies[1].noise"]),
+    (es.OpenES(popsize=8, fitness_shaping="z_score", optimizer=ADAM), ValueError, ["fitness_shaping='z_score'"]),
+    (es.OpenES(popsize=8, sigma=optax.constant_schedule(0.1), optimizer=ADAM), ValueError,
+     ["strategies[1].sigma", "compared by identity"]),
+    (es.OpenES(popsize=8, optimizer=optax.adam(0.1)), ValueError,
+     ["strategies[1].optimizer computes differently", "optax.inject_hyperparams(optax.adam)"]),
+    (es.OpenES(popsize=8, optimizer=optax.sgd(0.05)), ValueError, ["strategies[1].optimizer computes differently"]),
+])
+def test_runs_that_cannot_share_a_program_are_refused_naming_the_field(other, error, fragments):
+    with raises(error, *fragments):
+        refused([BASE, other])
+
+
+def test_inject_hyperparams_optimizers_must_wrap_the_same_optimizer():
+    adam, sgd = (optax.inject_hyperparams(f)(learning_rate=0.1) for f in (optax.adam, optax.sgd))
+    with raises(ValueError, "strategies[1].optimizer computes differently", "beyond the hyperparameters"):
+        refused([es.OpenES(popsize=8, optimizer=adam), es.OpenES(popsize=8, optimizer=sgd)])
+    nesterov = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1, momentum=0.9, nesterov=True)
+    plain = optax.inject_hyperparams(optax.sgd)(learning_rate=0.2, momentum=0.9, nesterov=False)
+    with raises(ValueError, "static argument"):
+        refused([es.OpenES(popsize=8, optimizer=nesterov), es.OpenES(popsize=8, optimizer=plain)])
+
+
+def test_optimizers_built_apart_with_the_same_settings_share_the_program():
+    strategies = [es.OpenES(popsize=8, optimizer=optax.adam(0.05)), es.OpenES(popsize=8, optimizer=optax.adam(0.05))]
+    states = initial_states(strategies, jnp.ones(4))
+    assert es.sweep.varying_hyperparameters(strategies, states[0].params)[0] == ()
+    chex.assert_trees_all_equal(host(es.evolve_many(strategies, sphere, states, 1)[0][1]),
+                                host(es.evolve(strategies[1], sphere, states[1], 1)[0]))
+
+
+def test_states_of_other_shapes_or_counts_are_refused():
+    strategies = [BASE, BASE]
+    with raises(ValueError, "states[1].params['w'] is float32[5], expected float32[4] (as in states[0])"):
+        refused(strategies, [BASE.init(jax.random.key(0), {"w": jnp.ones(4)}),
+                             BASE.init(jax.random.key(1), {"w": jnp.ones(5)})])
+    with raises(ValueError, "2 strategies but 1 states"):
+        refused(strategies, initial_states([BASE]))
+    with raises(TypeError, "strategies must be a non-empty list"):
+        refused([], [])
+    with raises(TypeError, "strategies[1] must be an es strategy"):
+        refused([BASE, "OpenES"], initial_states([BASE, BASE]))
+    snes = es.SNES(popsize=8)
+    with raises(ValueError, "states[1] (of strategies[1])", "strategy_state does not match"):
+        refused([snes, snes], [snes.init(jax.random.key(0), jnp.ones(4)), BASE.init(jax.random.key(1), jnp.ones(4))])
+
+
+# ------------------------------------------------------------------------------------------------ run_many
+
+RUNS = [es.OpenES(popsize=8, sigma=s, optimizer=ADAM) for s in (0.1, 0.2)]
+PARAMS = {"w": jnp.linspace(-1.0, 1.0, 6), "b": jnp.ones(2)}
+
+
+def run_many(run_dirs, generations, **kwargs):
+    states = initial_states(RUNS, PARAMS)
+    configs = [{"sigma": s.sigma, "seed": i} for i, s in enumerate(RUNS)]
+    return es.run_many(RUNS, sphere, states, generations, run_dirs=run_dirs, segment=2, configs=configs,
+                       progress=False, **kwargs)
+
+
+def test_run_many_writes_each_run_as_es_run_would_and_resumes_bit_for_bit(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    straight, straight_metrics = es.evolve_many(RUNS, sphere, initial_states(RUNS, PARAMS), 6)
+    first = run_many(dirs, 4)
+    assert all(result.completed for result in first)
+    assert [sorted(int(p.name) for p in (d / "checkpoints").iterdir()) for d in dirs] == [[2, 4]] * 2
+    resumed = run_many(dirs, 6, resume=True)
+    for result, final, metrics, run_dir in zip(resumed, straight, straight_metrics, dirs):
+        chex.assert_trees_all_equal(host(result.state), host(final))
+        chex.assert_trees_all_equal(result.metrics, host(metrics))
+        assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 6
+        assert (run_dir / "params.npz").is_file()
+    # Each directory is an es.run directory: the second run continues alone, to the same state as the sweep's.
+    longer = es.run(RUNS[1], sphere, initial_states(RUNS, PARAMS)[1], 8, run_dir=dirs[1], segment=2,
+                    config={"sigma": 0.2, "seed": 1}, resume=True, progress=False)
+    chex.assert_trees_all_equal(host(longer.state), host(es.evolve(RUNS[1], sphere, straight[1], 2)[0]))
+
+
+def test_run_many_resumes_every_run_at_the_latest_generation_all_of_them_reached(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    run_many(dirs, 4)
+    shutil.rmtree(dirs[1] / "checkpoints" / "4")  # killed after run a's checkpoint of generation 4, before b's
+    resumed = run_many(dirs, 6, resume=True)
+    straight, _ = es.evolve_many(RUNS, sphere, initial_states(RUNS, PARAMS), 6)
+    for result, final in zip(resumed, straight):
+        chex.assert_trees_all_equal(host(result.state), host(final))
+    assert sorted(int(p.name) for p in (dirs[0] / "checkpoints").iterdir())[-1] == 6
+
+
+def test_run_many_refuses_shared_directories_and_a_single_checkpoint(tmp_path):
+    with raises(ValueError, "every run needs its own directory"):
+        run_many([tmp_path, tmp_path], 2)
+    with raises(ValueError, "keep_checkpoints=1", "at least 2"):
+        run_many([tmp_path / "a", tmp_path / "b"], 2, keep_checkpoints=1)
+    with raises(ValueError, "one entry per run (2)"):
+        run_many([tmp_path / "a"], 2)
+
+
+def test_run_many_calls_on_segment_with_every_runs_segment():
+    seen = []
+    results = run_many(None, 4, on_segment=lambda segments: seen.append([(s.start, s.stop) for s in segments]))
+    assert seen == [[(0, 2), (0, 2)], [(2, 4), (2, 4)]]
+    assert [r.metrics["fitness_mean"].shape for r in results] == [(4,), (4,)]
