@@ -53,6 +53,7 @@ from es.checkpoint import (
 )
 from es.distributed import is_writer
 from es.engine import check_evolve_args, evolve
+from es.fitness import adapter
 from es.metrics_log import MetricsLog
 from es.strategy import State, Strategy
 from es.validation import is_int
@@ -195,7 +196,11 @@ def run(
 
     Returns:
       A ``RunResult``. Raises ``CheckpointError`` (a ``ValueError``) when no
-      intact checkpoint can be resumed or it belongs to another run.
+      intact checkpoint can be resumed or it belongs to another run. An error
+      of a segment (such as ``es.FitnessError`` from an ``es.HostFitness``) is
+      raised once the segments before it are logged and checkpointed, so
+      ``resume=True`` continues from there. The workers of an
+      ``es.HostFitness`` are stopped when the run returns or raises.
     """
     _check_run_args(num_generations, run_dir, segment, keep_checkpoints, config, resume, on_segment)
     mesh, execution = check_evolve_args(
@@ -249,6 +254,7 @@ def run(
             name, on_segment,
         )
     finally:
+        adapter(fitness_fn).close()  # an es.HostFitness stops its workers
         if checkpointer is not None:
             checkpointer.close()  # process 0: the last checkpoint is on disk
     if run_dir is not None:  # and every process returns only once it is (a resume may follow at once)
@@ -443,7 +449,7 @@ def _run_segments(advance, state, num_generations, segment, start, history, chec
     stopper = _Stopper(handle_signals, verbose=is_writer(), run_name=run_name)
     lengths = collections.deque(segment_lengths(start, num_generations, segment))
     generation = start
-    stop_signal = None
+    stop_signal = failure = None
     clock = time.perf_counter()
     try:
         if lengths:
@@ -455,7 +461,10 @@ def _run_segments(advance, state, num_generations, segment, start, history, chec
             if lengths:  # dispatch the next segment before waiting for this one, unless stopping
                 stop_signal = stopper.agreed(generation)
                 if stop_signal is None:
-                    in_flight = advance(segment_state, lengths.popleft())
+                    try:
+                        in_flight = advance(segment_state, lengths.popleft())
+                    except Exception as error:  # e.g. es.FitnessError: first log and checkpoint this segment
+                        failure = error
             metrics = {name: to_numpy(values) for name, values in segment_metrics.items()}
             length = len(next(iter(metrics.values())))
             elapsed = time_offset + time.perf_counter() - clock
@@ -478,6 +487,8 @@ def _run_segments(advance, state, num_generations, segment, start, history, chec
                 segment_metrics = {k: v for k, v in metrics.items() if k != TIME_NAME}
                 on_segment(Segment(generation, stop, segment_state, segment_metrics, elapsed))
             generation, state = stop, segment_state
+            if failure is not None:
+                raise failure
     finally:
         stopper.restore()
         bar.close()
