@@ -43,6 +43,7 @@ program, a script that creates the pool must keep its top-level code under
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import dataclasses
 import itertools
 import multiprocessing
@@ -451,6 +452,11 @@ def _describe(error: BaseException, generation: int, member: int, seed: int, tim
     import pebble
 
     where = f"generation {generation}, member {member} (seed {seed})"
+    if isinstance(error, concurrent.futures.process.BrokenProcessPool):
+        return (f"es.HostFitness: the worker processes could not start or all died ({error}) while evaluating "
+                f"{where}; their stderr says why. A script must keep its top-level code under "
+                "`if __name__ == \"__main__\":`, as for any multiprocessing program: workers import the main "
+                "module, and would otherwise run the script again.")
     if isinstance(error, pebble.ProcessExpired):
         code = error.exitcode
         how = f"exit code {code}"
