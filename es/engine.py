@@ -113,6 +113,9 @@ def evolve(
         ``es.SepCMAES`` or your own ``es.Strategy``.
       fitness_fn: ``(params, key) -> scalar`` for one member (or an
         ``es.StatefulFitness``); higher is better when ``strategy.maximize``.
+        An ``es.HostFitness`` runs a Python (non-JAX) fitness in worker
+        processes; ``evolve`` then returns once the call has run, and raises
+        ``es.FitnessError`` if an evaluation failed (see its docs).
       state: from ``strategy.init`` or a previous ``evolve``.
       num_generations: a Python int >= 0 (static: the scan length).
       mesh: the devices to shard the population over (``es.make_mesh()``,
