@@ -239,6 +239,31 @@ def test_sigint_stops_the_workers_and_raises_keyboard_interrupt(tmp_path):
     assert not wait_until_dead(workers), "workers outlived Ctrl-C"
 
 
+def test_a_first_sigint_inside_es_run_finishes_the_segment_checkpoints_and_stops_the_workers(tmp_path):
+    child = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path), "--run"],
+        env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        checkpoints = tmp_path / "run" / "checkpoints"
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while time.monotonic() < deadline and not any(p.name.isdigit() for p in
+                                                      (checkpoints.iterdir() if checkpoints.exists() else [])):
+            if child.poll() is not None:
+                raise AssertionError(child.communicate())
+            time.sleep(0.1)
+        child.send_signal(signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, stderr[-2000:]
+    stopped = [line for line in stdout.splitlines() if line.startswith("stopped_by")]
+    assert stopped and stopped[0].startswith(f"stopped_by {int(signal.SIGINT)} at generation"), stdout
+    generation = int(stopped[0].split()[-1])
+    assert generation < 200 and (checkpoints / str(generation)).is_dir()
+    assert not wait_until_dead([int(p.name) for p in (tmp_path / "pids").iterdir()])
+
+
 def test_workers_busy_in_fn_do_not_outlive_a_killed_process(tmp_path):
     child, workers = start_hanging_run(tmp_path)
     child.kill()  # SIGKILL: no Python cleanup at all

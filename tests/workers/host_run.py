@@ -1,13 +1,15 @@
 """An ES run with an es.HostFitness, for the multi-process and Ctrl-C tests (run as a script, one per process).
 
-    python tests/workers/host_run.py OUT_DIR [--fail-on-rank R] [--hang]
+    python tests/workers/host_run.py OUT_DIR [--fail-on-rank R] [--hang] [--run]
 
 Initializes es.distributed (a no-op in a plain process), evolves ``HOST_PROBLEM``
 for 3 generations with 2 workers per process on es.make_mesh(), and writes
 ``OUT_DIR/rank{r}.npz`` (the final params). ``--fail-on-rank R``: fn raises on
 process R's members. ``--hang``: fn writes its worker's pid to ``OUT_DIR/pids/``
-and sleeps, so that a test can interrupt the run. Prints ``FitnessError: ...``
-and exits 3 on a FitnessError.
+and sleeps, so that a test can interrupt the run. ``--run``: es.run for 200
+generations of slow members (0.2 s each), checkpointing every generation in
+``OUT_DIR/run``, printing ``stopped_by <signal>`` when it returns. Prints
+``FitnessError: ...`` and exits 3 on a FitnessError.
 """
 
 import argparse
@@ -44,6 +46,13 @@ def make_hanging(pid_dir):
     return hanging
 
 
+def slow_member(params, seed):
+    Path(os.environ["HOST_RUN_PIDS"]).mkdir(parents=True, exist_ok=True)
+    (Path(os.environ["HOST_RUN_PIDS"]) / str(os.getpid())).touch()
+    time.sleep(0.2)
+    return host_problem(params, seed)
+
+
 def initial_state():
     import jax
     import jax.numpy as jnp
@@ -56,6 +65,7 @@ if __name__ == "__main__":
     parser.add_argument("out")
     parser.add_argument("--fail-on-rank", type=int, default=None)
     parser.add_argument("--hang", action="store_true")
+    parser.add_argument("--run", action="store_true")
     args = parser.parse_args()
     group = es.distributed.initialize()
     fn = host_problem
@@ -65,6 +75,12 @@ if __name__ == "__main__":
         fn = make_hanging(os.path.join(args.out, "pids"))
     fitness = es.HostFitness(fn, num_workers=2)
     print(f"process {group.process_id} of {group.num_processes}, pid {os.getpid()}", flush=True)
+    if args.run:
+        os.environ["HOST_RUN_PIDS"] = os.path.join(args.out, "pids")
+        result = es.run(STRATEGY, es.HostFitness(slow_member, num_workers=2), initial_state(), 200,
+                        run_dir=os.path.join(args.out, "run"), segment=1, progress=False)
+        print(f"stopped_by {result.stopped_by} at generation {int(result.state.generation)}", flush=True)
+        sys.exit(0)
     try:
         state, _ = es.evolve(STRATEGY, fitness, initial_state(), GENERATIONS, mesh=es.make_mesh())
     except es.FitnessError as error:
