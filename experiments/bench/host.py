@@ -16,7 +16,9 @@ cost and worker count the script times
   built beforehand by ``es.ask`` (so only evaluation and transfers are timed).
 
 The overhead per generation is the difference of the two medians; the table
-also gives members evaluated per second. Side-by-side in one process, so both
+also gives members evaluated per second, and the ideal time per generation
+(popsize x one member's measured time / workers: perfect parallelism, no
+transfers), which shows how many cores the machine really gave the run. Side-by-side in one process, so both
 see the same machine load.
 """
 
@@ -29,7 +31,7 @@ import time
 
 import numpy as np
 
-from experiments.bench.common import machine_description, markdown_table, median
+from experiments.bench.common import machine_description, markdown_table, median, timed
 
 SIZE = 48  # the side of the matrices of the synthetic work
 
@@ -44,14 +46,21 @@ def work(params, seed, rounds):
     return -float(np.sum(x**2)) + 1e-9 * float(v.sum())
 
 
-def rounds_for(milliseconds: float) -> int:
-    """How many rounds of ``work`` take ``milliseconds`` on one core here."""
+def rounds_for(milliseconds: float, per_round: float) -> int:
+    """How many rounds of ``work`` take ``milliseconds`` at ``per_round`` seconds each."""
+    return max(1, round(milliseconds / 1000 / per_round))
+
+
+def seconds_per_round(rounds: int = 2000, repeats: int = 7) -> float:
+    """The median time of one round of ``work`` on one core here (after a warm-up call)."""
     params = {"x": np.linspace(-1, 1, 100)}
-    rounds = 1000
-    start = time.perf_counter()
     work(params, 0, rounds)
-    per_round = (time.perf_counter() - start) / rounds
-    return max(1, int(milliseconds / 1000 / per_round))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work(params, 0, rounds)
+        times.append((time.perf_counter() - start) / rounds)
+    return median(times)
 
 
 def bench(popsize: int, dim: int, rounds: int, workers: int, generations: int, repeats: int) -> dict:
@@ -91,6 +100,7 @@ def bench(popsize: int, dim: int, rounds: int, workers: int, generations: int, r
         "overhead_ms_per_generation": 1000 * (host_s - plain_s),
         "host_fitness_members_per_s": popsize / host_s,
         "pool_members_per_s": popsize / plain_s,
+        "ideal_s_per_generation": popsize * median(timed(lambda: fn(*arguments[0]), 5)) / workers,
     }
 
 
@@ -105,15 +115,16 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     rows, results = [], []
+    per_round = seconds_per_round()  # calibrated once, so the costs keep their ratio
     for milliseconds in args.work_ms:
-        rounds = rounds_for(milliseconds)
+        rounds = rounds_for(milliseconds, per_round)
         for workers in args.workers:
             result = {"work_ms": milliseconds, "rounds": rounds,
                       **bench(args.popsize, args.dim, rounds, workers, args.generations, args.repeats)}
             results.append(result)
             print(json.dumps(result), flush=True)
             rows.append([
-                f"{milliseconds:g} ms", str(workers),
+                f"{milliseconds:g} ms", str(workers), f"{1000 * result['ideal_s_per_generation']:.1f}",
                 f"{1000 * result['host_fitness_s_per_generation']:.1f}",
                 f"{1000 * result['pool_s_per_generation']:.1f}",
                 f"{result['overhead_ms_per_generation']:+.1f}",
@@ -122,7 +133,7 @@ def main(argv=None) -> None:
     print(machine_description())
     print(f"popsize {args.popsize}, {args.dim} params, medians of {args.repeats} x {args.generations} generations")
     print(markdown_table(
-        ["work per member", "workers", "HostFitness ms/gen", "Pool ms/gen", "overhead ms/gen",
+        ["work per member", "workers", "ideal ms/gen", "HostFitness ms/gen", "Pool ms/gen", "overhead ms/gen",
          "HostFitness members/s", "Pool members/s"], rows))
     if args.out:
         with open(args.out, "w") as f:
