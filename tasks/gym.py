@@ -303,7 +303,8 @@ def gym_factory(env_id: str):
         if not isinstance(obs_norm, bool):
             raise TypeError(f"tasks.make({name!r}, obs_norm={obs_norm!r}): obs_norm must be True or False.")
         if reward_offset is None:
-            reward_offset = -SURVIVAL_BONUS.get(env_id.split("-v")[0], 0.0)
+            family = env_id.split("-v")[0]
+            reward_offset = -SURVIVAL_BONUS[family] if family in SURVIVAL_BONUS else 0.0
         reward_offset = validation.check_float(f"tasks.make({name!r})", "reward_offset", reward_offset)
         output_scale = (0.0 if policy == "linear" else 0.01) if output_scale is None else output_scale
         output_scale = validation.check_float(f"tasks.make({name!r})", "output_scale", output_scale, minimum=0.0)
