@@ -12,8 +12,9 @@ cost and worker count the script times
   update), median seconds per generation over ``--repeats`` calls of ``G``
   generations after a compiling call;
 - a plain ``multiprocessing.Pool(w)`` (forkserver, as HostFitness) evaluating
-  the same members with ``pool.starmap``, one call per generation, members
-  built beforehand by ``es.ask`` (so only evaluation and transfers are timed).
+  members of the same problem with ``pool.starmap``, one call per generation,
+  members built beforehand by ``es.ask`` (so only evaluation and transfers are
+  timed), alternating with the ``es.evolve`` calls.
 
 The overhead per generation is the difference of the two medians; the table
 also gives members evaluated per second, and the ideal time per generation
@@ -73,21 +74,18 @@ def bench(popsize: int, dim: int, rounds: int, workers: int, generations: int, r
 
     fn = functools.partial(work, rounds=rounds)
     strategy = es.OpenES(popsize=popsize, sigma=0.1)
-    state0 = strategy.init(jax.random.key(0), {"x": jnp.linspace(-1.0, 1.0, dim)})
-    with es.HostFitness(fn, num_workers=workers) as fitness:
-        state, _ = es.evolve(strategy, fitness, state0, generations)  # compiles, starts the workers
-        host = []
-        for _ in range(repeats):
+    state = strategy.init(jax.random.key(0), {"x": jnp.linspace(-1.0, 1.0, dim)})
+    members = jax.tree.map(np.asarray, es.ask(strategy, state))
+    arguments = [({"x": members["x"][i]}, i) for i in range(popsize)]
+    host, plain = [], []
+    with es.HostFitness(fn, num_workers=workers) as fitness, \
+            multiprocessing.get_context("forkserver").Pool(workers) as pool:
+        state, _ = es.evolve(strategy, fitness, state, generations)  # compiles, starts the workers
+        pool.starmap(fn, arguments)  # starts the workers
+        for _ in range(repeats):  # alternated, so that both see the same machine load
             start = time.perf_counter()
             state, _ = es.evolve(strategy, fitness, state, generations)
             host.append((time.perf_counter() - start) / generations)
-
-    members = jax.tree.map(np.asarray, es.ask(strategy, state))
-    arguments = [({"x": members["x"][i]}, i) for i in range(popsize)]
-    with multiprocessing.get_context("forkserver").Pool(workers) as pool:
-        pool.starmap(fn, arguments)  # starts the workers
-        plain = []
-        for _ in range(repeats):
             start = time.perf_counter()
             for _ in range(generations):
                 pool.starmap(fn, arguments)
