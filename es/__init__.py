@@ -20,6 +20,7 @@ from es.checkpoint import CheckpointError, CheckpointWarning, load_params
 from es.collectives import Collective, CollectivesReport, collectives_report, compiled_generation_hlo
 from es.engine import EXCHANGE_MODES, METRIC_NAMES, evolve, generation_step
 from es.fitness import StatefulFitness
+from es.host import FitnessError, HostFitness
 from es.mesh import POPULATION_AXIS, make_mesh
 from es.noise import GaussianNoise, NoiseTable
 from es.distributed import is_writer
@@ -52,7 +53,9 @@ __all__ = [
     "Collective",
     "CollectivesReport",
     "EXCHANGE_MODES",
+    "FitnessError",
     "GaussianNoise",
+    "HostFitness",
     "METRIC_NAMES",
     "NoiseTable",
     "OpenES",

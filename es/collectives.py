@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 from es import engine
 from es.distributed import replicate
-from es.fitness import FitnessRef
+from es.fitness import adapter
 from es.strategy import State, Strategy
 
 COLLECTIVE_OPS = (
@@ -145,7 +145,7 @@ def compiled_generation_hlo(
     """
     mesh, resolved = engine.check_evolve_args(strategy, fitness_fn, state, 1, mesh, **execution)
     state = replicate(state, mesh)
-    lowered = _one_generation.lower(strategy, FitnessRef(fitness_fn), mesh, resolved, state)
+    lowered = _one_generation.lower(strategy, adapter(fitness_fn), mesh, resolved, state)
     return lowered.compile().as_text()
 
 

@@ -39,7 +39,7 @@ from es.batching import (
     sum_in_batches,
 )
 from es.distributed import replicate
-from es.fitness import FitnessRef, StatefulFitness, check_fitness_output
+from es.fitness import FitnessRef, adapter
 from es.mesh import resolve_mesh
 from es.strategy import Coefficients, State, Strategy, Sums
 
@@ -113,6 +113,9 @@ def evolve(
         ``es.SepCMAES`` or your own ``es.Strategy``.
       fitness_fn: ``(params, key) -> scalar`` for one member (or an
         ``es.StatefulFitness``); higher is better when ``strategy.maximize``.
+        An ``es.HostFitness`` runs a Python (non-JAX) fitness in worker
+        processes; ``evolve`` then returns once the call has run, and raises
+        ``es.FitnessError`` if an evaluation failed (see its docs).
       state: from ``strategy.init`` or a previous ``evolve``.
       num_generations: a Python int >= 0 (static: the scan length).
       mesh: the devices to shard the population over (``es.make_mesh()``,
@@ -145,7 +148,10 @@ def evolve(
         strategy, fitness_fn, state, num_generations, mesh, exchange, eval_batch_size, update_batch_size
     )
     state = replicate(state, mesh)
-    return _evolve_compiled(strategy, FitnessRef(fitness_fn), mesh, execution, int(num_generations), state)
+    fitness = adapter(fitness_fn)
+    return fitness.dispatch(
+        lambda: _evolve_compiled(strategy, fitness, mesh, execution, int(num_generations), state), state
+    )
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
@@ -181,8 +187,9 @@ def generation_step(
     ``es_fitness``, ``es_exchange``, ``es_update``, ``es_optimizer``) that
     profiles and HLO dumps show (``experiments/bench/profile.py``).
     ``fitness`` is an adapter with ``evaluate(population, members,
-    fitness_state, pairs)``: ``FitnessRef`` for a fitness function, or the
-    given values of ``es.tell``.
+    fitness_state, pairs)``: ``FitnessRef`` for a fitness function,
+    ``es.HostFitness`` for one evaluated in worker processes, or the given
+    values of ``es.tell``.
     """
     members = this_generation(strategy, noise_aux, state)
 
@@ -240,7 +247,9 @@ def this_generation(strategy: Strategy, noise_aux: Any, state: State) -> populat
     flat, unravel = ravel_pytree(state.params)
     scale = strategy.scale(state.strategy_state, state.generation)
     gen_key = population.generation_key(state.key, state.generation)
-    return population.Generation(strategy.noise, noise_aux, gen_key, flat, unravel, scale, strategy.antithetic)
+    return population.Generation(
+        strategy.noise, noise_aux, gen_key, flat, unravel, scale, strategy.antithetic, state.generation
+    )
 
 
 def evaluates_pairs(strategy: Strategy, num_members: int, batch: int) -> bool:
@@ -302,7 +311,7 @@ def record(strategy, fitness, members, state, all_fitness, all_stats, params, st
     best_params, best_fitness = _track_best(strategy, state, all_fitness, valid, members.member)
     fitness_state = state.fitness_state
     if fitness.stateful:
-        fitness_state = fitness.fn.update(fitness_state, all_stats)
+        fitness_state = fitness.update(fitness_state, all_stats)
     new_state = State(
         params=params,
         strategy_state=strategy_state,
@@ -371,10 +380,7 @@ def check_evolve_args(
             f"strategy must be an es strategy (es.OpenES, es.SNES, es.PGPE, es.ARS, es.SepCMAES), "
             f"got {type(strategy).__name__}."
         )
-    if not callable(fitness_fn):
-        raise TypeError(
-            f"fitness_fn must be callable as fitness_fn(params, key) -> scalar, got {type(fitness_fn).__name__}."
-        )
+    fitness = adapter(fitness_fn)
     if not validation.is_int(num_generations):
         raise TypeError(
             f"num_generations must be a Python int (it is the static scan length), got {num_generations!r}."
@@ -388,29 +394,35 @@ def check_evolve_args(
             f"use a multiple of {mesh.size} (e.g. {-(-strategy.popsize // mesh.size) * mesh.size}) "
             f"or a mesh whose size divides {strategy.popsize}."
         )
-    check_state(strategy, fitness_fn, state)
-    check_fitness_output(fitness_fn, state.params, state.key, state.fitness_state)
+    check_state(strategy, fitness, state)
+    fitness.check(state.params, state.key, state.fitness_state)
     dim = num_params(state.params)
     strategy.noise.check(dim)
     strategy.check_run(dim)
-    execution = resolve_execution(strategy, dim, exchange, eval_batch_size, update_batch_size)
+    execution = resolve_execution(strategy, dim, exchange, eval_batch_size, update_batch_size, fitness)
     return mesh, execution
 
 
-def resolve_execution(strategy, dim, exchange, eval_batch_size, update_batch_size) -> Execution:
-    """The ``Execution`` of a run: ``exchange`` checked, automatic batch sizes filled in."""
+def resolve_execution(strategy, dim, exchange, eval_batch_size, update_batch_size, fitness=None) -> Execution:
+    """The ``Execution`` of a run: ``exchange`` checked, automatic batch sizes filled in.
+
+    ``fitness`` (an adapter, or ``None`` for a JAX fitness) picks the default
+    evaluation batch: ``es.HostFitness`` evaluates each device's whole share at once.
+    """
     validation.check_choice("es.evolve", "exchange", exchange, EXCHANGE_MODES)
     eval_batch_size = validation.check_optional_int("es.evolve", "eval_batch_size", eval_batch_size)
     update_batch_size = validation.check_optional_int("es.evolve", "update_batch_size", update_batch_size)
+    if eval_batch_size is None:
+        eval_batch_size = (fitness or FitnessRef).default_eval_batch_size(strategy, dim)
     return Execution(
         exchange=exchange,
-        eval_batch_size=eval_batch_size or default_eval_batch_size(strategy.popsize, dim, strategy.antithetic),
+        eval_batch_size=eval_batch_size,
         update_batch_size=update_batch_size or default_update_batch_size(dim),
     )
 
 
-def check_state(strategy: Strategy, fitness_fn, state) -> None:
-    """Raise ``ValueError``/``TypeError`` unless ``state`` belongs to ``strategy``."""
+def check_state(strategy: Strategy, fitness, state) -> None:
+    """Raise ``ValueError``/``TypeError`` unless ``state`` belongs to ``strategy`` (and ``fitness``, an adapter or None)."""
     if not isinstance(state, State):
         raise TypeError(f"state must be an es.State from strategy.init(key, params), got {type(state).__name__}.")
     validation.check_params(state.params, "state.params")
@@ -425,13 +437,13 @@ def check_state(strategy: Strategy, fitness_fn, state) -> None:
         )
     if jax.tree.structure(state.best_params) != jax.tree.structure(state.params):
         raise ValueError("state.best_params does not match state.params; create the state with strategy.init.")
-    stateful = isinstance(fitness_fn, StatefulFitness)
+    stateful = fitness is not None and fitness.stateful
     if stateful and state.fitness_state is None:
         raise ValueError(
-            "fitness_fn is a StatefulFitness but state.fitness_state is None; create the state with "
-            "strategy.init(key, params, fitness=fitness_fn)."
+            "fitness_fn is stateful (an es.StatefulFitness, or an es.HostFitness with init/update/stats) but "
+            "state.fitness_state is None; create the state with strategy.init(key, params, fitness=fitness_fn)."
         )
-    if stateful and jax.tree.structure(jax.eval_shape(fitness_fn.init)) != jax.tree.structure(state.fitness_state):
+    if stateful and jax.tree.structure(jax.eval_shape(fitness.init)) != jax.tree.structure(state.fitness_state):
         raise ValueError(
             "state.fitness_state does not match fitness_fn.init(); create the state with "
             "strategy.init(key, params, fitness=fitness_fn)."

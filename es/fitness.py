@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from es import population
+from es.batching import default_eval_batch_size
+from es.host import HostFitness
 
 PyTree = Any
 
@@ -42,6 +44,26 @@ class StatefulFitness(NamedTuple):
     def __call__(self, params: PyTree, key: jax.Array) -> jax.Array:
         """Fitness of ``params`` under the initial state (for standalone evaluation)."""
         return self.evaluate(params, key, self.init())[0]
+
+
+def adapter(fitness_fn, where: str = "fitness_fn"):
+    """The engine's adapter for what the user passed as the fitness.
+
+    ``es.HostFitness`` is its own adapter; a JAX fitness function or an
+    ``es.StatefulFitness`` is wrapped in a ``FitnessRef``. Every adapter has
+    ``stateful``, ``init``/``update`` (stateful ones), ``initial_state()``,
+    ``check(params, key, fitness_state)``, ``default_eval_batch_size(strategy,
+    dim)``, ``evaluate(members, chunk, fitness_state, pairs)`` (traced) and
+    ``dispatch(call, state)`` (runs a compiled call on the host) and ``close()``.
+    """
+    if isinstance(fitness_fn, (HostFitness, FitnessRef)):
+        return fitness_fn
+    if not callable(fitness_fn):
+        raise TypeError(
+            f"{where} must be callable as fitness_fn(params, key) -> scalar, an es.StatefulFitness or an "
+            f"es.HostFitness, got {type(fitness_fn).__name__}."
+        )
+    return FitnessRef(fitness_fn)
 
 
 class FitnessRef:
@@ -71,6 +93,33 @@ class FitnessRef:
 
     def __eq__(self, other) -> bool:
         return isinstance(other, FitnessRef) and self._key == other._key
+
+    def init(self) -> PyTree:
+        return self.fn.init()
+
+    def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+        return self.fn.update(fitness_state, stats)
+
+    def initial_state(self) -> PyTree:
+        """The ``StatefulFitness``'s ``init()``, or ``None`` for a plain fitness function."""
+        return self.fn.init() if self.stateful else None
+
+    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
+        check_fitness_output(self.fn, params, key, fitness_state)
+
+    @staticmethod
+    def default_eval_batch_size(strategy, dim: int) -> int:
+        return default_eval_batch_size(strategy.popsize, dim, strategy.antithetic)
+
+    @staticmethod
+    def dispatch(call: Callable[[], Any], state: Any) -> Any:
+        """A JAX fitness needs nothing on the host: the call is dispatched asynchronously (also under jit)."""
+        del state
+        return call()
+
+    @staticmethod
+    def close() -> None:
+        """Nothing to release."""
 
     def evaluate_one(self, params: PyTree, key: jax.Array, fitness_state: PyTree):
         """``(fitness float32[], stats)`` of one member."""

@@ -63,10 +63,13 @@ class Generation:
       flat, unravel: the raveled mean and its unravel function.
       scale: the strategy's ``scale`` this generation.
       antithetic: whether members come in ``+/-`` pairs.
+      generation: the generation's number (int32 scalar), for messages about
+        its members (``es.HostFitness`` names the generation that failed).
     """
 
-    def __init__(self, noise, aux, key, flat, unravel, scale, antithetic: bool):
+    def __init__(self, noise, aux, key, flat, unravel, scale, antithetic: bool, generation=None):
         self.noise, self.aux, self.key = noise, aux, key
+        self.generation = generation
         self.flat, self.unravel, self.scale = flat, unravel, scale
         self.antithetic = antithetic
         self.dim = flat.shape[0]

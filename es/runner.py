@@ -53,6 +53,7 @@ from es.checkpoint import (
 )
 from es.distributed import is_writer
 from es.engine import check_evolve_args, evolve
+from es.fitness import adapter
 from es.metrics_log import MetricsLog
 from es.strategy import State, Strategy
 from es import validation
@@ -197,7 +198,11 @@ def run(
 
     Returns:
       A ``RunResult``. Raises ``CheckpointError`` (a ``ValueError``) when no
-      intact checkpoint can be resumed or it belongs to another run.
+      intact checkpoint can be resumed or it belongs to another run. An error
+      of a segment (such as ``es.FitnessError`` from an ``es.HostFitness``) is
+      raised once the segments before it are logged and checkpointed, so
+      ``resume=True`` continues from there. The workers of an
+      ``es.HostFitness`` are stopped when the run returns or raises.
     """
     _check_run_args("es.run", num_generations, segment, keep_checkpoints, resume, on_segment)
     _check_run_dir("es.run", "run_dir", run_dir)
@@ -210,11 +215,14 @@ def run(
         eval_batch_size=execution.eval_batch_size, update_batch_size=execution.update_batch_size,
     )
     runs = [_Run(run_dir, _identity(config, strategy, execution, mesh))]
-    results = _run_all(
-        _Segments(advance, lambda states: states[0], lambda state: [state], lambda metrics: [metrics]), runs, [state],
-        num_generations, segment, keep_checkpoints, resume,
-        on_segment and (lambda segments: on_segment(segments[0])), progress, description, handle_signals,
-    )
+    try:
+        results = _run_all(
+            _Segments(advance, lambda states: states[0], lambda state: [state], lambda metrics: [metrics]), runs,
+            [state], num_generations, segment, keep_checkpoints, resume,
+            on_segment and (lambda segments: on_segment(segments[0])), progress, description, handle_signals,
+        )
+    finally:
+        adapter(fitness_fn).close()  # an es.HostFitness stops its workers
     return results[0]
 
 
@@ -294,10 +302,13 @@ def run_many(
             )
     runs = [_Run(d, _identity(c, s, sweep.execution, sweep.mesh)) for d, c, s in zip(run_dirs, configs, strategies)]
     advance = functools.partial(evolve_checked, sweep, fitness_fn)
-    return _run_all(
-        _Segments(advance, list, list, list), runs, list(states),
-        num_generations, segment, keep_checkpoints, resume, on_segment, progress, description, handle_signals,
-    )
+    try:
+        return _run_all(
+            _Segments(advance, list, list, list), runs, list(states),
+            num_generations, segment, keep_checkpoints, resume, on_segment, progress, description, handle_signals,
+        )
+    finally:
+        adapter(fitness_fn).close()  # an es.HostFitness stops its workers
 
 
 def _identity(config, strategy: Strategy, execution, mesh: Mesh) -> Any:
@@ -637,7 +648,7 @@ def _run_segments(segments, runs, states, num_generations, segment, start, show_
     stopper = _Stopper(handle_signals, verbose=is_writer(), run_name=run_name)
     lengths = collections.deque(segment_lengths(start, num_generations, segment))
     generation = start
-    stop_signal = None
+    stop_signal = failure = None
     writes = is_writer() and runs[0].run_dir is not None
     state = segments.join(states)
     clock = time.perf_counter()
@@ -651,7 +662,10 @@ def _run_segments(segments, runs, states, num_generations, segment, start, show_
             if lengths:  # dispatch the next segment before waiting for this one, unless stopping
                 stop_signal = stopper.agreed(generation)
                 if stop_signal is None:
-                    in_flight = segments.advance(segment_state, lengths.popleft())
+                    try:
+                        in_flight = segments.advance(segment_state, lengths.popleft())
+                    except Exception as error:  # e.g. es.FitnessError: first log and checkpoint this segment
+                        failure = error
             elapsed = time_offset + time.perf_counter() - clock
             if writes and len(runs) > 1:  # every run's previous checkpoint on disk before any starts the next
                 for each in runs:
@@ -680,6 +694,8 @@ def _run_segments(segments, runs, states, num_generations, segment, start, show_
             if on_segment is not None:
                 on_segment(done_segments)
             generation, state = stop, segment_state
+            if failure is not None:
+                raise failure
     finally:
         stopper.restore()
         bar.close()

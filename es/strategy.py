@@ -37,7 +37,7 @@ import jax.numpy as jnp
 
 from es import noise as noise_lib
 from es import validation
-from es.fitness import StatefulFitness
+from es.fitness import adapter
 
 PyTree = Any
 Schedule = Callable[[jax.Array], jax.Array]
@@ -213,7 +213,7 @@ class Strategy:
 
     # ------------------------------------------------------------------ state
 
-    def init(self, key: jax.Array, params: PyTree, fitness: StatefulFitness | Callable | None = None) -> State:
+    def init(self, key: jax.Array, params: PyTree, fitness: Any = None) -> State:
         """The state of a new run.
 
         Args:
@@ -221,18 +221,15 @@ class Strategy:
             every draw of the run derives from it.
           params: the initial mean, any non-empty pytree of float arrays.
           fitness: the fitness you will evolve with (optional). A
-            ``StatefulFitness`` gives the state its initial ``fitness_state``;
-            a plain ``fitness_fn(params, key)`` or ``None`` gives ``None``, so
+            ``StatefulFitness`` (or a stateful ``HostFitness``) gives the state
+            its initial ``fitness_state``; a plain ``fitness_fn(params, key)``,
+            a ``HostFitness`` or ``None`` gives ``None``, so
             ``init(key, params, fitness=task.fitness)`` works for either.
         """
         validation.check_key(key)
         params = jax.tree.map(jnp.asarray, params)
         validation.check_params(params)
-        if fitness is not None and not callable(fitness):
-            raise TypeError(
-                f"{type(self).__name__}.init(fitness=...) takes the fitness you will evolve with (a "
-                f"StatefulFitness or a callable fitness_fn(params, key)) or None, got {type(fitness).__name__}."
-            )
+        fitness = None if fitness is None else adapter(fitness, f"{type(self).__name__}.init(fitness=...)")
         worst = -jnp.inf if self.maximize else jnp.inf
         return State(
             params=params,
@@ -241,7 +238,7 @@ class Strategy:
             generation=jnp.zeros((), jnp.int32),
             best_params=params,
             best_fitness=jnp.asarray(worst, jnp.float32),
-            fitness_state=fitness.init() if isinstance(fitness, StatefulFitness) else None,
+            fitness_state=None if fitness is None else fitness.initial_state(),
         )
 
     # --------------------------------------------------------------- the maths

@@ -1,6 +1,6 @@
 """tasks: problems to optimise with ``es``.
 
-    task = tasks.make(name, **options)   # benchmark functions and every gymnax environment id
+    task = tasks.make(name, **options)   # benchmark functions, gymnax ids, "gymnasium:<id>"
     params = task.init_params(key)       # a pytree
     fitness = task.fitness(params, key)  # jittable, vmappable scalar; higher is better
 
@@ -14,10 +14,12 @@ from tasks.registry import make, names, options, register, register_family
 from tasks import functions as _functions  # noqa: F401  (registers the benchmark functions)
 from tasks import bbob as _bbob  # noqa: F401  (registers the BBOB-style functions)
 from tasks import envs as _envs  # noqa: F401  (registers every gymnax environment, lazily)
+from tasks import gym as _gym  # noqa: F401  (registers every gymnasium environment as "gymnasium:<id>", lazily)
 from tasks.bbob import BBOBTask
 from tasks.defaults import default_strategy
 from tasks.envs import EnvFitnessState, EnvTask, Rollouts
 from tasks.functions import FunctionTask
+from tasks.gym import GymTask
 from tasks.obs_norm import ObsStats
 from tasks.policies import BoxHead, CNNPolicy, DiscreteHead, MLPPolicy
 
@@ -29,6 +31,7 @@ __all__ = [
     "EnvFitnessState",
     "EnvTask",
     "FunctionTask",
+    "GymTask",
     "MLPPolicy",
     "ObsStats",
     "Rollouts",

@@ -79,6 +79,15 @@ class MemberStats(NamedTuple):
     obs_stats: obsnorm.ObsStats | None
 
 
+def update_fitness_state(fitness_state: EnvFitnessState, stats: MemberStats) -> EnvFitnessState:
+    """Fold the population's ``MemberStats`` (leading axis popsize, member order) into the fitness state."""
+    env_steps = fitness_state.env_steps + jnp.sum(stats.env_steps)
+    obs = fitness_state.obs
+    if obs is not None:
+        obs = obsnorm.merge(obs, stats.obs_stats)
+    return EnvFitnessState(env_steps, obs)
+
+
 @functools.lru_cache(maxsize=None)
 def make_env(env_id: str, env_kwargs: tuple[tuple[str, Any], ...] = ()):
     """``(env, default_params)`` from ``gymnax.make`` (cached: envs are immutable)."""
@@ -238,11 +247,7 @@ class EnvTask:
 
     def update_fitness_state(self, fitness_state: EnvFitnessState, stats: MemberStats) -> EnvFitnessState:
         """Fold the population's ``MemberStats`` (leading axis popsize, member order) in."""
-        env_steps = fitness_state.env_steps + jnp.sum(stats.env_steps)
-        obs = fitness_state.obs
-        if obs is not None:
-            obs = obsnorm.merge(obs, stats.obs_stats)
-        return EnvFitnessState(env_steps, obs)
+        return update_fitness_state(fitness_state, stats)
 
     @property
     def counting_fitness(self) -> es.StatefulFitness:
@@ -274,7 +279,7 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _pairs(env_id: str, option: str, value: dict | None) -> tuple[tuple[str, Any], ...]:
+def option_pairs(env_id: str, option: str, value: dict | None) -> tuple[tuple[str, Any], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
@@ -324,14 +329,14 @@ def _check_env_params(env_id: str, defaults, overrides) -> None:
             )
 
 
-def _choice(env_id: str, option: str, value, choices) -> str:
+def check_choice(env_id: str, option: str, value, choices) -> str:
     """``value`` if it is one of the str ``choices``, else a ValueError listing them."""
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"tasks.make({env_id!r}, {option}={value!r}): use one of {list(choices)} for {option}.")
     return value
 
 
-def _positive_int(env_id: str, option: str, value, allow_none: bool = False):
+def check_positive_int(env_id: str, option: str, value, allow_none: bool = False):
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
@@ -381,9 +386,9 @@ def env_factory(env_id: str):
         env_params: dict | None = None,
         env_kwargs: dict | None = None,
     ) -> EnvTask:
-        num_episodes = _positive_int(env_id, "num_episodes", num_episodes)
-        max_steps = _positive_int(env_id, "max_steps", max_steps, allow_none=True)
-        policy = _choice(env_id, "policy", policy, POLICIES)
+        num_episodes = check_positive_int(env_id, "num_episodes", num_episodes)
+        max_steps = check_positive_int(env_id, "max_steps", max_steps, allow_none=True)
+        policy = check_choice(env_id, "policy", policy, POLICIES)
         hidden_sizes = DEFAULT_HIDDEN_SIZES[policy] if hidden_sizes is None else hidden_sizes
         if isinstance(hidden_sizes, numbers.Integral):
             hidden_sizes = (hidden_sizes,)
@@ -396,17 +401,17 @@ def env_factory(env_id: str):
             )
         hidden_sizes = tuple(int(h) for h in hidden_sizes)
         activation = DEFAULT_ACTIVATION[policy] if activation is None else activation
-        activation = _choice(env_id, "activation", activation, sorted(ACTIVATIONS))
-        action_selection = _choice(env_id, "action_selection", action_selection, DISCRETE_SELECTIONS)
+        activation = check_choice(env_id, "activation", activation, sorted(ACTIVATIONS))
+        action_selection = check_choice(env_id, "action_selection", action_selection, DISCRETE_SELECTIONS)
         if obs_norm is not None and not isinstance(obs_norm, bool):
             raise TypeError(
                 f"tasks.make({env_id!r}, obs_norm={obs_norm!r}): obs_norm must be True, False or None (auto)."
             )
-        conv_channels = _positive_int(env_id, "conv_channels", conv_channels)
+        conv_channels = check_positive_int(env_id, "conv_channels", conv_channels)
         if isinstance(output_scale, bool) or not isinstance(output_scale, numbers.Real) or not output_scale > 0:
             raise ValueError(f"tasks.make({env_id!r}, output_scale={output_scale!r}): must be a float > 0.")
-        kwargs_pairs = _pairs(env_id, "env_kwargs", env_kwargs)
-        params_pairs = _pairs(env_id, "env_params", env_params)
+        kwargs_pairs = option_pairs(env_id, "env_kwargs", env_kwargs)
+        params_pairs = option_pairs(env_id, "env_params", env_params)
 
         env, defaults = make_env(env_id, kwargs_pairs)
         _check_env_params(env_id, defaults, params_pairs)

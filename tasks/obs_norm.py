@@ -13,6 +13,9 @@ run) do not depend on the device count.
 written as two vectorised passes (weighted mean, then squared deviations of
 the member means), which stays accurate in float32 even when the mean is much
 larger than the spread.
+
+``std``, ``normalize`` and ``combine`` also take ``xp=numpy``, for policies
+that run outside JAX (the gymnasium tasks' workers, ``tasks/gym.py``).
 """
 
 from __future__ import annotations
@@ -46,15 +49,15 @@ def init(obs_size: int) -> ObsStats:
     return ObsStats(jnp.zeros((), jnp.float32), zeros, zeros)
 
 
-def std(stats: ObsStats) -> jax.Array:
+def std(stats: ObsStats, xp=jnp) -> jax.Array:
     """float32[obs_size]: the standard deviation (1 until two observations were seen)."""
-    var = stats.m2 / jnp.maximum(stats.count, 1.0)
-    return jnp.where(stats.count > 1, jnp.maximum(jnp.sqrt(var), MIN_STD), 1.0)
+    var = stats.m2 / xp.maximum(stats.count, 1.0)
+    return xp.where(stats.count > 1, xp.maximum(xp.sqrt(var), MIN_STD), 1.0)
 
 
-def normalize(stats: ObsStats, obs: jax.Array) -> jax.Array:
+def normalize(stats: ObsStats, obs: jax.Array, xp=jnp) -> jax.Array:
     """``clip((obs - mean) / std, -5, 5)`` for one flat observation."""
-    return jnp.clip((obs - stats.mean) / std(stats), -CLIP, CLIP)
+    return xp.clip((obs - stats.mean) / std(stats, xp), -CLIP, CLIP)
 
 
 def add(stats: ObsStats, obs: jax.Array, weight: jax.Array) -> ObsStats:
@@ -65,13 +68,13 @@ def add(stats: ObsStats, obs: jax.Array, weight: jax.Array) -> ObsStats:
     return ObsStats(count, mean, stats.m2 + weight * delta * (obs - mean))
 
 
-def combine(stats: ObsStats) -> ObsStats:
+def combine(stats: ObsStats, xp=jnp) -> ObsStats:
     """The statistics of the union of ``k`` sets (leading axis ``k``), reduced in a fixed order."""
-    n = jnp.sum(stats.count, axis=0)
-    weights = stats.count / jnp.maximum(n, 1.0)
-    mean = jnp.sum(weights[:, None] * stats.mean, axis=0)
-    spread = jnp.sum(stats.count[:, None] * (stats.mean - mean) ** 2, axis=0)
-    return ObsStats(n, mean, jnp.sum(stats.m2, axis=0) + spread)
+    n = xp.sum(stats.count, axis=0)
+    weights = stats.count / xp.maximum(n, 1.0)
+    mean = xp.sum(weights[:, None] * stats.mean, axis=0)
+    spread = xp.sum(stats.count[:, None] * (stats.mean - mean) ** 2, axis=0)
+    return ObsStats(n, mean, xp.sum(stats.m2, axis=0) + spread)
 
 
 def merge(stats: ObsStats, members: ObsStats) -> ObsStats:

@@ -1,0 +1,296 @@
+"""es.HostFitness: fitness in worker processes, its failures, and its independence from workers and devices.
+
+Each test uses tiny problems (popsize 8, 3-5 parameters, a few generations) and
+short timeouts; pools are closed at the end of every test.
+"""
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import es
+from es import population
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "workers"))
+from host_run import GENERATIONS, STRATEGY, host_problem, initial_state  # noqa: E402
+
+CHILD_TIMEOUT = 150
+
+
+def child_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ES_")}
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    env["XLA_FLAGS"] = " ".join(flags)
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def evolve_with(fn, generations=GENERATIONS, devices=1, **options):
+    with es.HostFitness(fn, **options) as fitness:
+        return es.evolve(STRATEGY, fitness, initial_state(), generations, mesh=es.make_mesh(devices))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_until_dead(pids, timeout=10.0) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if pid_alive(p)]
+
+
+# ------------------------------------------------------------------ results
+
+
+def test_results_do_not_depend_on_num_workers_or_the_device_count():
+    runs = {
+        (workers, devices): evolve_with(host_problem, devices=devices, num_workers=workers)
+        for workers, devices in ((1, 1), (2, 2), (2, 8))
+    }
+    (reference, metrics), *others = runs.values()
+    assert np.all(np.isfinite(metrics["fitness_mean"])) and int(metrics["num_invalid"].sum()) == 0
+    for state, _ in others:
+        np.testing.assert_array_equal(np.asarray(state.params["x"]), np.asarray(reference.params["x"]))
+        assert float(state.best_fitness) == float(reference.best_fitness)
+
+
+def test_fn_gets_numpy_params_of_each_member_and_the_seed_of_its_evaluation_key():
+    def report(params, seed):
+        assert isinstance(params["x"], np.ndarray) and params["x"].shape == (5,)
+        return float(seed % 100_003)
+
+    state, metrics = evolve_with(report, generations=1, num_workers=2)
+    generation_key = population.generation_key(initial_state().key, jnp.int32(0))
+    seeds = [int(es.host.member_seed(population.eval_key(generation_key, jnp.int32(i)))) for i in range(8)]
+    expected = np.array([s % 100_003 for s in seeds], np.float32)
+    assert float(metrics["fitness_max"][0]) == expected.max()
+    assert float(metrics["fitness_mean"][0]) == pytest.approx(expected.mean(), rel=1e-6)
+
+
+def test_a_stateful_host_fitness_folds_every_members_stats_into_the_state_in_member_order():
+    fitness = es.HostFitness(
+        lambda params, seed, fitness_state: (1.0, {"seen": np.float32(fitness_state["count"] + 1)}),
+        num_workers=2,
+        init=lambda: {"count": jnp.zeros((), jnp.float32)},
+        update=lambda fitness_state, stats: {"count": fitness_state["count"] + jnp.sum(stats["seen"])},
+        stats={"seen": jax.ShapeDtypeStruct((), jnp.float32)},
+    )
+    with fitness:
+        state = STRATEGY.init(jax.random.key(0), {"x": jnp.zeros(3)}, fitness=fitness)
+        state, _ = es.evolve(STRATEGY, fitness, state, 2, mesh=es.make_mesh(2))
+    # generation 0: 8 members report 0 + 1; generation 1: 8 members report 8 + 1.
+    assert float(state.fitness_state["count"]) == 8 * 1 + 8 * 9
+
+
+# ------------------------------------------------------------------ failures
+
+
+def test_fn_raising_is_a_fitness_error_naming_the_generation_member_and_traceback(tmp_path):
+    flag = tmp_path / "fail"
+
+    def fails_on_a_member(params, seed):
+        if flag.exists() and params["x"][0] < -1.0:  # only perturbed members far enough left
+            raise ValueError("the simulator diverged")
+        return host_problem(params, seed)
+
+    with es.HostFitness(fails_on_a_member, num_workers=2) as fitness:
+        state, _ = es.evolve(STRATEGY, fitness, initial_state(), 1)
+        flag.touch()
+        with pytest.raises(es.FitnessError) as info:
+            es.evolve(STRATEGY, fitness, state, 3)
+    message = str(info.value)
+    assert "generation 1, member" in message
+    assert "ValueError: the simulator diverged" in message
+    assert "Traceback in the worker process" in message and 'raise ValueError("the simulator diverged")' in message
+
+
+@pytest.mark.parametrize("death", ["exit", "segfault"])
+def test_a_worker_that_dies_is_a_fitness_error_and_leaves_no_process(tmp_path, death):
+    def dies(params, seed):
+        (tmp_path / str(os.getpid())).touch()
+        if params["x"][0] > -1.0:  # the unperturbed-ish members live, some die
+            return host_problem(params, seed)
+        if death == "exit":
+            os._exit(7)
+        ctypes.string_at(0)  # SIGSEGV
+
+    started = time.monotonic()
+    with pytest.raises(es.FitnessError, match=r"generation 0, member \d+ .*died") as info:
+        evolve_with(dies, num_workers=2)
+    assert time.monotonic() - started < 60
+    assert ("exit code 7" if death == "exit" else "killed by SIGSEGV") in str(info.value)
+    pids = [int(p.name) for p in tmp_path.iterdir()]
+    assert pids and not wait_until_dead(pids), "worker processes outlived the FitnessError"
+
+
+def test_a_member_over_timeout_s_is_a_fitness_error_naming_it_and_stops_its_worker(tmp_path):
+    def slow_member(params, seed):
+        (tmp_path / str(os.getpid())).touch()
+        if params["x"][0] < -1.0:
+            time.sleep(120)
+        return host_problem(params, seed)
+
+    started = time.monotonic()
+    with pytest.raises(es.FitnessError, match=r"generation 0, member \d+ \(seed \d+\) exceeded timeout_s=0.5"):
+        evolve_with(slow_member, num_workers=2, timeout_s=0.5)
+    assert time.monotonic() - started < 60
+    assert not wait_until_dead([int(p.name) for p in tmp_path.iterdir()])
+
+
+def test_a_fn_returning_something_else_than_a_number_is_a_fitness_error():
+    with pytest.raises(es.FitnessError, match="must return one real number.*'oops'"):
+        evolve_with(lambda params, seed: "oops", generations=1, num_workers=1)
+
+
+def test_es_run_checkpoints_before_a_fitness_error_and_resumes_to_the_uninterrupted_result(tmp_path):
+    flag = tmp_path / "fail"
+
+    def flaky(params, seed):
+        if flag.exists():
+            raise RuntimeError("lost the connection to the instrument")
+        return host_problem(params, seed)
+
+    def fail_after_the_first_segment(segment):
+        flag.touch()
+
+    with es.HostFitness(flaky, num_workers=2) as fitness:
+        with pytest.raises(es.FitnessError, match="lost the connection"):
+            es.run(STRATEGY, fitness, initial_state(), 8, run_dir=tmp_path / "run", segment=2,
+                   on_segment=fail_after_the_first_segment, progress=False)
+        checkpoints = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir())
+        assert checkpoints and checkpoints[-1] >= 2
+        flag.unlink()
+        resumed = es.run(STRATEGY, fitness, initial_state(), 8, run_dir=tmp_path / "run", segment=2,
+                         resume=True, progress=False)
+        uninterrupted = es.run(STRATEGY, fitness, initial_state(), 8, segment=2, progress=False)
+    np.testing.assert_array_equal(np.asarray(resumed.state.params["x"]), np.asarray(uninterrupted.state.params["x"]))
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def test_bad_arguments_are_refused_before_any_process_starts():
+    with pytest.raises(ValueError, match="num_workers must be at least 1"):
+        es.HostFitness(host_problem, num_workers=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        es.HostFitness(host_problem, timeout_s=-1.0)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        es.HostFitness("not a function")
+    with pytest.raises(TypeError, match="init, update and stats together; also pass update, stats"):
+        es.HostFitness(host_problem, init=lambda: ())
+    lock = __import__("threading").Lock()
+    with pytest.raises(TypeError, match="cannot be sent to worker processes"):
+        es.HostFitness(lambda params, seed: float(lock.locked()))
+    assert es.HostFitness(host_problem).num_workers == len(os.sched_getaffinity(0))
+
+
+def test_a_stateless_state_with_a_stateful_host_fitness_is_refused():
+    fitness = es.HostFitness(lambda p, s, f: (0.0, ()), init=lambda: {"n": jnp.zeros(())},
+                             update=lambda f, s: f, stats=())
+    with pytest.raises(ValueError, match="stateful .* state.fitness_state is None"):
+        es.evolve(STRATEGY, fitness, initial_state(), 1)
+
+
+# ------------------------------------------------------------------ processes
+
+
+def start_hanging_run(tmp_path):
+    """A run whose 2 workers are both busy in a long fn: ``(child, worker pids)``."""
+    child = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path), "--hang"],
+        env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    pid_dir = tmp_path / "pids"
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    while time.monotonic() < deadline and len(list(pid_dir.glob("*")) if pid_dir.exists() else []) < 2:
+        if child.poll() is not None:
+            raise AssertionError(child.communicate())
+        time.sleep(0.1)
+    workers = [int(p.name) for p in pid_dir.iterdir()]
+    assert len(workers) == 2, "both workers should be busy"
+    return child, workers
+
+
+def test_sigint_stops_the_workers_and_raises_keyboard_interrupt(tmp_path):
+    child, workers = start_hanging_run(tmp_path)
+    try:
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode != 0 and "KeyboardInterrupt" in stderr, stderr[-2000:]
+    assert not wait_until_dead(workers), "workers outlived Ctrl-C"
+
+
+def test_a_first_sigint_inside_es_run_finishes_the_segment_checkpoints_and_stops_the_workers(tmp_path):
+    child = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path), "--run"],
+        env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        checkpoints = tmp_path / "run" / "checkpoints"
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while time.monotonic() < deadline and not any(p.name.isdigit() for p in
+                                                      (checkpoints.iterdir() if checkpoints.exists() else [])):
+            if child.poll() is not None:
+                raise AssertionError(child.communicate())
+            time.sleep(0.1)
+        child.send_signal(signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, stderr[-2000:]
+    stopped = [line for line in stdout.splitlines() if line.startswith("stopped_by")]
+    assert stopped and stopped[0].startswith(f"stopped_by {int(signal.SIGINT)} at generation"), stdout
+    generation = int(stopped[0].split()[-1])
+    assert generation < 200 and (checkpoints / str(generation)).is_dir()
+    assert not wait_until_dead([int(p.name) for p in (tmp_path / "pids").iterdir()])
+
+
+def test_workers_busy_in_fn_do_not_outlive_a_killed_process(tmp_path):
+    child, workers = start_hanging_run(tmp_path)
+    child.kill()  # SIGKILL: no Python cleanup at all
+    child.wait(timeout=30)
+    assert not wait_until_dead(workers), "workers outlived their SIGKILLed process"
+
+
+def test_each_process_of_a_launch_evaluates_its_members_and_matches_one_process(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "es.launch", "--processes", "2", "--devices-per-process", "2", "--",
+         sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path)],
+        env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reference, _ = evolve_with(host_problem, devices=1, num_workers=1)
+    for rank in (0, 1):
+        with np.load(tmp_path / f"rank{rank}.npz") as got:
+            np.testing.assert_array_equal(got["x"], np.asarray(reference.params["x"]))
+
+
+def test_a_failure_on_one_process_of_a_launch_raises_on_every_process(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "es.launch", "--processes", "2", "--devices-per-process", "1", "--",
+         sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path), "--fail-on-rank", "1"],
+        env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 3, out[-3000:]
+    for rank in (0, 1):
+        assert f"[rank {rank}] FitnessError: process 1: es.HostFitness: fn raised in generation 0" in out, out[-3000:]

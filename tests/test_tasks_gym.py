@@ -1,0 +1,100 @@
+"""gymnasium tasks: the Task interface, numpy policies, observation statistics, refused spaces."""
+
+import dataclasses
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import es
+import tasks
+from tasks.gym import GymTask
+
+
+class MultiDiscreteActions(gymnasium.Env):
+    """A one-step environment whose actions a numpy policy cannot produce."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gymnasium.spaces.MultiDiscrete([3, 2])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, True, False, {}
+
+
+gymnasium.register("EsTest/MultiDiscrete-v0", entry_point=MultiDiscreteActions, max_episode_steps=5)
+
+
+def test_a_gymnasium_task_has_the_task_interface():
+    task = tasks.make("gymnasium:CartPole-v1", num_workers=2)
+    assert isinstance(task, GymTask) and task.max_steps == 500 and task.num_episodes == 1
+    params = task.init_params(jax.random.key(0))
+    assert params["out"]["w"].shape == (4, 2) and not np.any(params["out"]["w"])  # linear, ARS's zero start
+    assert isinstance(task.fitness, es.HostFitness) and task.fitness.stateful
+    assert task.fitness is task.fitness  # one pool per task object
+    state = tasks.default_strategy(task).init(jax.random.key(1), params, fitness=task.fitness)
+    assert float(state.fitness_state.env_steps) == 0.0 and float(state.fitness_state.obs.count) == 0.0
+    held_out = dataclasses.replace(task, num_episodes=3)
+    assert held_out.num_episodes == 3
+    value = held_out.mean_return(params, jax.random.key(2), state.fitness_state)
+    assert value == held_out.mean_return(params, jax.random.key(2), state.fitness_state)  # seeded by the key
+    assert 8 <= value <= 500
+    with pytest.raises(ValueError, match="pass the running statistics"):
+        task.mean_return(params, jax.random.key(2))
+
+
+def test_evolving_a_gymnasium_task_counts_env_steps_and_folds_in_the_observation_statistics():
+    task = tasks.make("gymnasium:CartPole-v1", num_workers=2)
+    strategy = tasks.default_strategy(task)
+    assert isinstance(strategy, es.ARS)
+    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(0)), fitness=task.fitness)
+    with task.fitness:
+        state, metrics = es.evolve(strategy, task.fitness, state, 3, mesh=es.make_mesh(2))
+    steps = float(state.fitness_state.env_steps)
+    assert steps >= 3 * strategy.popsize * 8 and int(metrics["num_invalid"].sum()) == 0
+    assert float(state.fitness_state.obs.count) == steps  # every observation a policy acted on
+    assert np.all(np.asarray(state.fitness_state.obs.m2) > 0)
+
+
+def test_the_numpy_policy_computes_what_the_jax_policy_computes():
+    task = tasks.make("gymnasium:Pendulum-v1", policy="mlp", hidden_sizes=(8,), action_squash="tanh")
+    params = jax.tree.map(lambda x: x + 0.3, task.init_params(jax.random.key(0)))
+    for x in np.random.default_rng(0).normal(size=(5, task.obs_size)).astype(np.float32):
+        ours = task.act(jax.tree.map(np.asarray, params), x)
+        expected = task.policy.apply(params, jnp.asarray(x), jax.random.key(0))
+        np.testing.assert_allclose(ours, np.asarray(expected), rtol=1e-5, atol=1e-6)
+        assert ours.shape == (1,) and -2.0 <= ours[0] <= 2.0
+
+
+def test_linear_policies_clip_and_the_survival_bonus_is_subtracted_in_training_only():
+    task = tasks.make("gymnasium:Hopper-v5")
+    assert task.reward_offset == -1.0 and task.action_squash == "clip" and task.policy.hidden_sizes == ()
+    params = {"out": {"w": np.full((11, 3), 10.0, np.float32), "b": np.zeros(3, np.float32)}}
+    assert np.all(np.abs(task.act(params, np.ones(11, np.float32))) == 1.0)
+    assert tasks.make("gymnasium:HalfCheetah-v5").reward_offset == 0.0
+    zeros = jax.tree.map(np.zeros_like, params)
+    returns, lengths, _ = task.rollout(zeros, 0, None, task.reward_offset)
+    true_returns, _, _ = task.rollout(zeros, 0, None)
+    np.testing.assert_allclose(returns, true_returns - lengths)
+
+
+def test_environments_whose_actions_the_policy_cannot_produce_are_refused():
+    with pytest.raises(ValueError, match=r"action space MultiDiscrete\(\[3 2\]\) is not supported"):
+        tasks.make("gymnasium:EsTest/MultiDiscrete-v0")
+
+
+def test_bad_options_are_refused_with_the_option_named():
+    with pytest.raises(ValueError, match="policy"):
+        tasks.make("gymnasium:CartPole-v1", policy="cnn")
+    with pytest.raises(ValueError, match="a linear policy has no hidden layers"):
+        tasks.make("gymnasium:CartPole-v1", hidden_sizes=(8,))
+    with pytest.raises(ValueError, match="num_workers"):
+        tasks.make("gymnasium:CartPole-v1", num_workers=0)
+    with pytest.raises(ValueError, match="unknown option"):
+        tasks.make("gymnasium:CartPole-v1", episodes=3)
+    assert "gymnasium:Hopper-v5" in tasks.names()
