@@ -56,7 +56,7 @@ from es.engine import (
     Execution, Metrics, check_evolve_args, check_state, evaluate_local, generation_step, shard_replicated,
     this_generation,
 )
-from es.fitness import FitnessRef, GivenFitness
+from es.fitness import FitnessRef, GivenFitness, HostFitness, adapter
 from es.strategy import State, Strategy
 
 PyTree = Any
@@ -230,6 +230,11 @@ def check_evolve_many_args(
                 f"es.evolve_many: strategies[{i}] must be an es strategy (es.OpenES, es.SNES, ...), "
                 f"got {type(strategy).__name__}."
             )
+    if isinstance(fitness_fn, HostFitness):
+        raise TypeError(
+            "es.evolve_many(fitness_fn=...): an es.HostFitness is not supported in a sweep yet; run each seed "
+            "with es.evolve or es.run (or drive the runs with es.ask/es.tell)."
+        )
     mesh, execution = check_evolve_args(
         strategies[0], fitness_fn, states[0], num_generations, mesh, exchange, eval_batch_size, update_batch_size
     )
@@ -356,7 +361,7 @@ def _update_program(optimizer: optax.GradientTransformation, abstract_params) ->
 def _check_run_state(i: int, strategy: Strategy, fitness_fn, state, first_state) -> None:
     """``state`` must belong to ``strategy`` and have the structure, shapes and dtypes of ``states[0]``."""
     try:
-        check_state(strategy, fitness_fn, state)
+        check_state(strategy, adapter(fitness_fn), state)
     except (TypeError, ValueError) as error:
         raise type(error)(f"es.evolve_many: states[{i}] (of strategies[{i}]): {error}") from None
     difference = validation.tree_difference(state, first_state)

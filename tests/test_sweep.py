@@ -208,6 +208,13 @@ def test_states_of_other_shapes_or_counts_are_refused():
         refused([snes, snes], [snes.init(jax.random.key(0), jnp.ones(4)), BASE.init(jax.random.key(1), jnp.ones(4))])
 
 
+def test_a_host_fitness_is_refused_before_any_worker_starts():
+    host = es.HostFitness(lambda params: 0.0, num_workers=1)
+    with raises(TypeError, "es.HostFitness is not supported in a sweep", "es.evolve or es.run"):
+        es.evolve_many([BASE, BASE], host, initial_states([BASE, BASE]), 1)
+    host.close()
+
+
 # ------------------------------------------------------------------------------------------------ run_many
 
 RUNS = [es.OpenES(popsize=8, sigma=s, optimizer=ADAM) for s in (0.1, 0.2)]
