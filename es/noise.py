@@ -152,13 +152,26 @@ class GaussianNoise:
             return standard_normal(key, dim)
 
     def sums(self, aux: None, keys: jax.Array, linear: jax.Array, square: jax.Array | None, dim: int):
-        """``sum_b linear[b] * eps_b`` (and ``square[b] * eps_b**2``), fused reductions of one draw."""
-        eps = jax.vmap(self.sample, in_axes=(None, 0, None))(aux, keys, dim)
-        with jax.named_scope("es_noise"):
-            total = jnp.sum(linear[:, None] * eps, axis=0)
-            if square is None:
-                return total, None
-            return total, jnp.sum(square[:, None] * (eps * eps), axis=0)
+        """``sum_b linear[b] * eps_b`` (and ``square[b] * eps_b**2``), never materialising ``[b, dim]``.
+
+        Linear only: one fused reduction of the draws. With squares: a loop
+        over the ``b`` vectors, each drawn once and added to both sums in
+        order. (Two sibling reductions of one fused draw compile on CPU into
+        code whose time grows much faster than ``b``: 5.5 s for 8 and 59 s for
+        16 vectors of 1e6 floats, where this loop takes 0.4 s and the linear
+        sum alone 0.35 s.)
+        """
+        if square is None:
+            eps = jax.vmap(self.sample, in_axes=(None, 0, None))(aux, keys, dim)
+            with jax.named_scope("es_noise"):
+                return jnp.sum(linear[:, None] * eps, axis=0), None
+
+        def add_vector(b, acc):
+            eps = self.sample(aux, keys[b], dim)
+            return acc[0] + linear[b] * eps, acc[1] + square[b] * (eps * eps)
+
+        zeros = jnp.zeros((dim,), jnp.float32)
+        return lax.fori_loop(0, linear.shape[0], add_vector, (zeros, zeros))
 
 
 @dataclasses.dataclass(frozen=True)
