@@ -187,9 +187,10 @@ def test_noise_table_learns_like_fresh_noise():
     assert float(jnp.sum(state.params**2)) < float(jnp.sum(start**2)) / 10
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
-def test_sums_are_the_weighted_sums_of_the_samples_and_their_squares(source):
-    dim, count = 1000, 7
+@pytest.mark.parametrize("dim", [1000, es.noise.FUSED_SQUARES_MAX_DIM + 1])  # fused reductions, then a loop
+@pytest.mark.parametrize("source", [es.GaussianNoise(), es.NoiseTable(size=2**18, seed=3)], ids=SOURCE_IDS)
+def test_sums_are_the_weighted_sums_of_the_samples_and_their_squares(source, dim):
+    count = 7
     aux = source.prepare(dim)
     keys = jax.vmap(population.noise_key, in_axes=(None, 0))(jax.random.key(4), jnp.arange(count))
     linear, square = jnp.linspace(-1.0, 1.0, count), jnp.linspace(0.5, 2.0, count)
