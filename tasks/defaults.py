@@ -1,16 +1,37 @@
-"""The recommended strategy for a task: the defaults that work without tuning, in one place."""
+"""The recommended strategy for a task, and each strategy's default for it: the numbers, in one place."""
 
 from __future__ import annotations
 
-import optax
-
 import es
+from es import optimizers, validation
 from tasks.envs import EnvTask
 from tasks.gym import GymTask
 
-ENV_STRATEGY = {"popsize": 128, "sigma": 0.1, "learning_rate": 0.03}
-FUNCTION_STRATEGY = {"popsize": 64, "sigma_fraction": 0.05, "learning_rate_fraction": 0.01}
-# ARS (V2-t) on gymnasium tasks: Mania et al. 2018's hyperparameters (table 9) where they list the env,
+RECOMMENDED = "OpenES"
+"""What ``default_strategy(task)`` returns when no strategy is named (``"ARS"`` for gymnasium tasks)."""
+
+ENV_DEFAULTS: dict[str, dict] = {
+    "OpenES": {"popsize": 256, "sigma": 0.1, "optimizer": {"name": "adam", "learning_rate": 0.03}},
+    "SNES": {"popsize": 256, "sigma": 0.1},
+    "PGPE": {"popsize": 128, "sigma": 0.1},
+    "ARS": {"popsize": 256, "sigma": 0.05, "learning_rate": 0.05, "top_k": 32},
+    "SepCMAES": {"popsize": 256, "sigma": 0.1},
+}
+"""Constructor arguments of each strategy for environments (``tasks.make(env_id)``, its default policy);
+an ``optimizer`` is given as ``{"name": ..., **arguments}`` (``es.optimizers.make``)."""
+
+FUNCTION_DEFAULTS: dict[str, dict] = {
+    "OpenES": {"popsize": 64, "sigma_fraction": 0.05, "optimizer": {"name": "adam", "learning_rate_fraction": 0.01}},
+    "SNES": {"popsize": 64, "sigma_fraction": 0.1},
+    "PGPE": {"popsize": 64, "sigma_fraction": 0.1,
+             "optimizer": {"name": "clipup", "learning_rate_fraction": 0.01, "max_speed_fraction": 0.02}},
+    "ARS": {"popsize": 64, "sigma_fraction": 0.05, "learning_rate_fraction": 0.01},
+    "SepCMAES": {"popsize": 64, "sigma_fraction": 0.3},
+}
+"""The same for benchmark functions; ``<argument>_fraction`` is that argument as a fraction of the search
+box's width ``upper - lower``."""
+
+# ARS (V2-t), the default on gymnasium tasks: Mania et al. 2018's hyperparameters (table 9) where they list the env,
 # popsize = 2 x directions. Other envs get GYM_STRATEGY_FALLBACK (not tuned).
 GYM_STRATEGY = {
     "Hopper": {"popsize": 16, "top_k": 4, "learning_rate": 0.01, "sigma": 0.025},
@@ -18,19 +39,57 @@ GYM_STRATEGY = {
 }
 GYM_STRATEGY_FALLBACK = {"popsize": 16, "top_k": 4, "learning_rate": 0.02, "sigma": 0.03}
 
+FRACTION = "_fraction"
 
-def default_strategy(task) -> es.Strategy:
-    """A strategy that works on ``task`` without tuning (``es.OpenES``, or ``es.ARS`` for gymnasium tasks).
+
+def _arguments(spec: dict, width: float) -> dict:
+    """Constructor arguments from a spec: ``x_fraction`` becomes ``x = x_fraction * width``, optimizers built."""
+    arguments = {}
+    for key, value in spec.items():
+        if isinstance(value, dict):
+            optimizer = _arguments({k: v for k, v in value.items() if k != "name"}, width)
+            arguments[key] = optimizers.make(value["name"], **optimizer)
+        elif key.endswith(FRACTION):
+            arguments[key.removesuffix(FRACTION)] = value * width
+        else:
+            arguments[key] = value
+    return arguments
+
+
+def default_strategy(task, name: str | None = None) -> es.Strategy:
+    """A strategy that works on ``task`` without tuning: the recommended one, or strategy ``name``'s default.
+
+    Args:
+      task: from ``tasks.make`` (an environment or a benchmark function).
+      name: ``"OpenES"``, ``"SNES"``, ``"PGPE"``, ``"ARS"`` or ``"SepCMAES"``
+        (the keys of ``es.STRATEGIES``), or ``None`` for the recommended
+        ``RECOMMENDED = "OpenES"`` (``"ARS"`` on a gymnasium task). Every argument not listed below keeps the
+        strategy's own default.
 
     Environments (``tasks.make(env_id)`` with its default MLP of 64 x 64 relu
-    units and observation normalisation for vector observations): popsize 128,
-    sigma 0.1, ``adam(0.03)``, antithetic sampling, centered ranks. It solves
-    CartPole-v1, Acrobot-v1, MountainCar-v0 and MountainCarContinuous-v0 within
-    50 generations and Pendulum-v1 within about 100-200 (docs/tasks.md).
+    units and observation normalisation for vector observations),
+    ``ENV_DEFAULTS``:
 
-    Benchmark functions: popsize 64, sigma 5% and an ``adam`` step of 1% of
-    the search box's width, centered ranks, minimising ``-fitness`` by
-    maximising ``fitness``.
+    - OpenES: popsize 256, sigma 0.1, ``adam(0.03)``, antithetic, centered ranks;
+    - SNES: popsize 256, sigma 0.1 (``learning_rate`` 1, ``sigma_learning_rate``
+      ``(3 + ln d) / (5 sqrt d)``);
+    - PGPE: popsize 128, sigma 0.1 (its own ``es.clipup(0.15, max_speed=0.3)``);
+    - ARS: popsize 256 (128 directions, the best 32 kept), sigma 0.05,
+      learning rate 0.05;
+    - SepCMAES: popsize 256, sigma 0.1.
+
+    Each reaches a return of 500 on CartPole-v1 and better than -200 on
+    Pendulum-v1 on seeds 0, 1 and 2 (``python -m experiments.check_defaults``;
+    generations and wall times in docs/tasks.md).
+
+    Benchmark functions (``FUNCTION_DEFAULTS``; ``w = upper - lower``, the
+    search box's width), maximising ``fitness = -f``:
+
+    - OpenES: popsize 64, sigma ``0.05 w``, ``adam(0.01 w)``;
+    - SNES: popsize 64, sigma ``0.1 w``;
+    - PGPE: popsize 64, sigma ``0.1 w``, ``es.clipup(0.01 w, max_speed=0.02 w)``;
+    - ARS: popsize 64, sigma ``0.05 w``, learning rate ``0.01 w``;
+    - SepCMAES: popsize 64, sigma ``0.3 w``.
 
     gymnasium environments (``tasks.make("gymnasium:<id>")``, a linear policy
     with observation normalisation): ``es.ARS``, Mania et al. 2018's V2-t,
@@ -38,18 +97,15 @@ def default_strategy(task) -> es.Strategy:
     noise 0.025) and HalfCheetah (32 directions, top 4, step 0.02, noise
     0.03); other environments get 8 directions, top 4, step 0.02, noise 0.03.
     Results: docs/results.md.
+
+    Raises:
+      ValueError: ``name`` is not a strategy's name.
     """
-    if isinstance(task, GymTask):
+    if name is None:
+        name = "ARS" if isinstance(task, GymTask) else RECOMMENDED
+    validation.check_choice("tasks.default_strategy", "name", name, list(ENV_DEFAULTS))
+    if isinstance(task, GymTask) and name == "ARS":
         return es.ARS(**GYM_STRATEGY.get(task.env_id.split("-v")[0], GYM_STRATEGY_FALLBACK))
-    if isinstance(task, EnvTask):
-        return es.OpenES(
-            popsize=ENV_STRATEGY["popsize"],
-            sigma=ENV_STRATEGY["sigma"],
-            optimizer=optax.adam(ENV_STRATEGY["learning_rate"]),
-        )
-    width = float(task.upper - task.lower)
-    return es.OpenES(
-        popsize=FUNCTION_STRATEGY["popsize"],
-        sigma=FUNCTION_STRATEGY["sigma_fraction"] * width,
-        optimizer=optax.adam(FUNCTION_STRATEGY["learning_rate_fraction"] * width),
-    )
+    if isinstance(task, (EnvTask, GymTask)):  # other strategies on gymnasium: the environment defaults
+        return es.STRATEGIES[name](**_arguments(ENV_DEFAULTS[name], 1.0))
+    return es.STRATEGIES[name](**_arguments(FUNCTION_DEFAULTS[name], float(task.upper - task.lower)))

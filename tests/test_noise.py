@@ -187,6 +187,22 @@ def test_noise_table_learns_like_fresh_noise():
     assert float(jnp.sum(state.params**2)) < float(jnp.sum(start**2)) / 10
 
 
+@pytest.mark.parametrize("dim", [1000, es.noise.FUSED_SQUARES_MAX_DIM + 1])  # fused reductions, then a loop
+@pytest.mark.parametrize("source", [es.GaussianNoise(), es.NoiseTable(size=2**18, seed=3)], ids=SOURCE_IDS)
+def test_sums_are_the_weighted_sums_of_the_samples_and_their_squares(source, dim):
+    count = 7
+    aux = source.prepare(dim)
+    keys = jax.vmap(population.noise_key, in_axes=(None, 0))(jax.random.key(4), jnp.arange(count))
+    linear, square = jnp.linspace(-1.0, 1.0, count), jnp.linspace(0.5, 2.0, count)
+    eps = np.asarray(jax.vmap(source.sample, in_axes=(None, 0, None))(aux, keys, dim), np.float64)
+    total, total_square = jax.jit(source.sums, static_argnums=4)(aux, keys, linear, square, dim)
+    only_linear, none = jax.jit(source.sums, static_argnums=4)(aux, keys, linear, None, dim)
+    np.testing.assert_allclose(total, np.asarray(linear) @ eps, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(total_square, np.asarray(square) @ eps**2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(only_linear, total, rtol=1e-6, atol=1e-6)
+    assert none is None
+
+
 @pytest.mark.parametrize("source", SOURCES[:1] + [es.NoiseTable(size=2**16)], ids=SOURCE_IDS)
 def test_compiled_memory_is_flat_in_popsize(source):
     """XLA's temporary buffers grow by O(1) bytes per member, never by a perturbation (4 * dim bytes).
