@@ -158,6 +158,10 @@ class GivenFitness:
         index = chunk - self.first
         return self.values[index], jax.tree.map(lambda s: s[index], self.stats)
 
+    def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+        """The ``StatefulFitness``'s update of its state with this generation's stats (stateful only)."""
+        return self.fn.update(fitness_state, stats)
+
 
 def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):
     """Trace ``fn`` on abstract inputs and raise ``TypeError`` unless it gives a real scalar."""
