@@ -221,7 +221,8 @@ class ExchangeReport(NamedTuple):
         lines = [
             f"exchange modes for popsize {self.popsize}, {self.num_params:,d} params, {self.num_devices} device(s) "
             f"(auto: {self.auto}); per device and generation:",
-            f"  {'mode':<9} {'bytes (model)':>14} {'bytes (HLO)':>14} {'eval noise':>14} {'update noise':>14}  bit-identical",
+            f"  {'mode':<9} {'bytes (model)':>14} {'bytes (HLO)':>14} {'eval noise':>14} {'update noise':>14}"
+            "  bit-identical",
         ]
         for c in self.costs:
             measured = "-" if c.measured_bytes is None else f"{c.measured_bytes:,d}"

@@ -52,7 +52,7 @@ Metrics = dict[str, jax.Array]
 
 EXCHANGE_MODES = ("fitness", "sharded", "gradient", "auto")
 MIN_SLICE = 8  # fewest coordinates per device with exchange="sharded" (see slice_size)
-"""The accepted ``exchange=`` values; ``"auto"`` resolves to ``"sharded"`` or ``"fitness"`` (see ``resolve_exchange``)."""
+"""The accepted ``exchange=`` values; ``"auto"`` resolves to ``"sharded"`` or ``"fitness"`` (``resolve_exchange``)."""
 
 METRIC_NAMES = (
     "fitness_mean",  # mean of the generation's valid fitnesses

@@ -353,7 +353,8 @@ class LowRankNoise:
         return tuple(parts)
 
     def draw_size(self, layout: Layout) -> int:
-        return sum((s if m is None else (m[0] + m[1]) * self.rank) for s, (_, m) in zip(layout.sizes, self.parts(layout)))
+        parts = zip(layout.sizes, self.parts(layout))
+        return sum(size if matrix is None else (matrix[0] + matrix[1]) * self.rank for size, (_, matrix) in parts)
 
     def draw(self, key: jax.Array, layout: Layout) -> list:
         """One noise key's draw, split per leaf: ``(A, B)`` for a matrix leaf, ``float32[size]`` for a vector."""

@@ -2,6 +2,7 @@
 
     python -m experiments.bench.memory                     # 1e6 params, popsize 256 / 1,024 / 4,096
     python -m experiments.bench.memory --popsizes 256 1024 --params 100000
+    python -m experiments.bench.memory --noise lowrank     # es.LowRankNoise(rank=1): one sqrt(params)^2 matrix
 
 The engine rebuilds perturbations in bounded batches, so peak RSS should not
 grow with popsize (target: under 3 GiB at 1e6 params for all three sizes).
@@ -19,7 +20,7 @@ from experiments.bench.common import machine_description, markdown_table, peak_r
 TARGET_GIB = 3.0
 
 
-def child(popsize: int, num_params: int, generations: int) -> dict:
+def child(popsize: int, num_params: int, generations: int, noise: str = "prng") -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -29,15 +30,21 @@ def child(popsize: int, num_params: int, generations: int) -> dict:
         return -jnp.sum(x * x)
 
     baseline = peak_rss_bytes()
-    strategy = es.OpenES(popsize=popsize, sigma=0.01)
-    state = strategy.init(jax.random.key(0), jnp.ones(num_params))
+    params = jnp.ones(num_params)
+    if noise == "lowrank":  # a square matrix, perturbed by rank-1 products
+        side = round(num_params**0.5)
+        params = jnp.ones((side, side))
+    source = es.LowRankNoise() if noise == "lowrank" else es.GaussianNoise()
+    strategy = es.OpenES(popsize=popsize, sigma=0.01, noise=source)
+    state = strategy.init(jax.random.key(0), params)
     start = time.perf_counter()
     state, metrics = es.evolve(strategy, sphere, state, generations)
     jax.block_until_ready(state)
     seconds = time.perf_counter() - start
     return {
         "popsize": popsize,
-        "params": num_params,
+        "params": int(params.size),
+        "noise": noise,
         "generations": generations,
         "seconds_incl_compile": seconds,
         "rss_before_bytes": baseline,
@@ -51,20 +58,22 @@ def main() -> None:
     parser.add_argument("--params", type=int, default=1_000_000)
     parser.add_argument("--popsizes", type=int, nargs="+", default=[256, 1024, 4096])
     parser.add_argument("--generations", type=int, default=1)
+    parser.add_argument("--noise", choices=["prng", "lowrank"], default="prng")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--popsize", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.popsize, args.params, args.generations)))
+        print(json.dumps(child(args.popsize, args.params, args.generations, args.noise)))
         return
 
-    print(f"# peak RSS of es.evolve, {args.params:,d} params, {args.generations} generation(s)")
+    print(f"# peak RSS of es.evolve, {args.params:,d} params, {args.noise} noise, {args.generations} generation(s)")
     print(f"# machine: {machine_description()}")
     rows = []
     for popsize in args.popsizes:
         result = run_child(
             "experiments.bench.memory",
-            ["--child", "--popsize", str(popsize), "--params", str(args.params), "--generations", str(args.generations)],
+            ["--child", "--popsize", str(popsize), "--params", str(args.params), "--generations", str(args.generations),
+             "--noise", args.noise],
         )
         if "error" in result:
             rows.append([popsize, "-", "-", "-", result["error"]])
