@@ -33,6 +33,7 @@ import optax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from es import noise as noise_lib
 from es import population, validation
 from es.layout import Layout
 from es.batching import (
@@ -51,7 +52,6 @@ PyTree = Any
 Metrics = dict[str, jax.Array]
 
 EXCHANGE_MODES = ("fitness", "sharded", "gradient", "auto")
-MIN_SLICE = 8  # fewest coordinates per device with exchange="sharded" (see slice_size)
 """The accepted ``exchange=`` values; ``"auto"`` resolves to ``"sharded"`` or ``"fitness"`` (``resolve_exchange``)."""
 
 METRIC_NAMES = (
@@ -286,8 +286,9 @@ def exchanged_sums(members, coefficients, local_members, mesh, execution) -> Sum
 
 def slice_size(dim: int, num_devices: int) -> int:
     """``S``, the coordinates each device sums with ``exchange="sharded"``: ``ceil(D / n)``, at least
-    ``MIN_SLICE`` (a one-element slice compiles to scalar code that rounds the noise differently), at most ``D``."""
-    return min(dim, max(-(-dim // num_devices), MIN_SLICE))
+    ``es.noise.MIN_SLICE`` (below it the update is cheap, and ``GaussianNoise`` sums it with a reduction that
+    XLA rounds by shape), at most ``D`` (then every device sums everything, as with ``"fitness"``)."""
+    return min(dim, max(-(-dim // num_devices), noise_lib.MIN_SLICE))
 
 
 def slice_order(dim: int, num_devices: int) -> np.ndarray | None:

@@ -17,18 +17,18 @@ from es import engine
 from es.layout import Layout
 from es.noise import standard_normal
 
-SOURCES = {"prng": es.GaussianNoise(), "table": es.NoiseTable(size=4096, seed=2)}
+SOURCES = {"prng": es.GaussianNoise(), "table": es.NoiseTable(size=2**20, seed=2)}
+MIN_SLICE = es.noise.MIN_SLICE
 
 
 def odd_sized_params():
-    """68 params in three leaves: 68 = 8 * 8.5, so on 8 devices the last slices are moved back inside D."""
-    k1, k2 = jax.random.split(jax.random.key(3))
-    return {"w": 0.5 * jax.random.normal(k1, (7, 9)), "b": jnp.linspace(-1.0, 1.0, 5)}
+    """70,001 params in two leaves: on 8 devices slices of 8,751 (at least MIN_SLICE), the last one moved back."""
+    return {"w": 0.1 * jax.random.normal(jax.random.key(3), (101, 693)), "b": jnp.linspace(-1.0, 1.0, 8)}
 
 
 def noisy_fitness(params, key):
     """Non-linear in every leaf and uses its key, so every member gets a distinct fitness."""
-    x = jnp.tanh(jnp.ones(7) @ params["w"]) + 0.1 * jax.random.normal(key, (9,))
+    x = jnp.tanh(jnp.ones(101) @ params["w"]) + 0.1 * jax.random.normal(key, (693,))
     return -jnp.sum((x - 0.3) ** 2) - jnp.sum(params["b"] ** 2)
 
 
@@ -51,16 +51,17 @@ def test_noise_slices_equal_the_same_coordinates_of_the_full_draw(dim, start):
 @pytest.mark.parametrize("source", SOURCES.values(), ids=SOURCES.keys())
 @pytest.mark.parametrize("squares", [False, True])
 def test_sums_over_a_slice_are_the_bits_of_the_full_sums(source, squares):
-    """Each coordinate is summed in member order whatever the slice: the bits of the whole, for every slice size."""
-    layout = Layout(((203,),))
+    """Each coordinate is summed in member order whatever the slice (of MIN_SLICE or more): the bits of the whole."""
+    dim = 3 * MIN_SLICE + 5
+    layout = Layout(((dim,),))
     keys = jax.random.split(jax.random.key(0), 32)
     linear = jax.random.normal(jax.random.key(1), (32,))
     square = jax.random.normal(jax.random.key(2), (32,)) if squares else None
     aux = jax.jit(source.prepare, static_argnums=0)(layout)
     full = jax.jit(lambda: source.sums(aux, keys, linear, square, layout))()
-    for size in (8, 26, 51, 102):
+    for size in (MIN_SLICE, MIN_SLICE + 3, 2 * MIN_SLICE):
         sums = jax.jit(lambda start, size=size: source.sums(aux, keys, linear, square, layout, start, size))
-        for start in (0, 9, 203 - size):
+        for start in (0, 9, dim - size):
             part = sums(jnp.int32(start))
             chex.assert_trees_all_equal(part, jax.tree.map(lambda x, s=start, n=size: x[s:s + n], full))
 
@@ -83,16 +84,17 @@ def test_sharded_is_fitness_bit_for_bit_on_1_2_and_4_devices(name):
         chex.assert_trees_all_equal(evolve(strategy, params, num_devices, "sharded"), reference)
 
 
-def test_sharded_with_fewer_params_than_devices_is_fitness():
+def test_sharded_with_fewer_than_min_slice_params_sums_everything_like_fitness():
     strategy = es.OpenES(popsize=16, sigma=0.1)
-    params = jnp.linspace(-1.0, 1.0, 5)
+    params = jnp.linspace(-1.0, 1.0, 300)
+    assert engine.slice_size(300, 8) == 300
     chex.assert_trees_all_equal(
         evolve(strategy, params, 8, "sharded", fitness_fn=sphere), evolve(strategy, params, 1, "fitness", fitness_fn=sphere)
     )
 
 
 def test_slices_cover_every_coordinate_once_in_order():
-    for dim in (8, 9, 63, 64, 65, 68, 1001):
+    for dim in (MIN_SLICE + 1, 2 * MIN_SLICE, 8 * MIN_SLICE - 1, 8 * MIN_SLICE + 3, 70_001, 1_000_000):
         for n in (1, 2, 4, 8):
             size = engine.slice_size(dim, n)
             if size == dim:
@@ -107,17 +109,18 @@ def test_slices_cover_every_coordinate_once_in_order():
 def test_sharded_moves_the_fitnesses_and_one_slice_of_each_sum_per_device(name):
     """4 P + 4 n ceil(D / n) bytes for a mean-only strategy; SNES also gathers Sums.square: 8 n ceil(D / n)."""
     strategy = STRATEGIES[name]
-    dim, n = 10_001, 8
+    dim, n = 100_003, 8
     state = strategy.init(jax.random.key(0), jnp.zeros(dim))
     report = es.collectives_report(strategy, sphere, state, es.make_mesh(n), exchange="sharded")
     sums = 2 if strategy.uses_squares else 1
-    expected = 4 * strategy.popsize + 4 * sums * n * -(-dim // n)
+    assert engine.slice_size(dim, n) == 12_501
+    expected = 4 * strategy.popsize + 4 * sums * n * 12_501
     assert report.total_bytes == expected, str(report)
 
 
 def test_exchange_report_models_the_bytes_the_compiled_program_moves():
     strategy = es.OpenES(popsize=64, sigma=0.1)
-    state = strategy.init(jax.random.key(0), jnp.zeros(1003))
+    state = strategy.init(jax.random.key(0), jnp.zeros(100_003))
     report = es.exchange_report(strategy, sphere, state, es.make_mesh(8))
     assert report.auto == "sharded"
     costs = {c.mode: c for c in report.costs}
@@ -125,15 +128,15 @@ def test_exchange_report_models_the_bytes_the_compiled_program_moves():
     for cost in costs.values():
         assert cost.bytes == cost.measured_bytes, str(report)
     # the update's noise: every vector on every device, a 1/8 slice of each, or 1/8 of the vectors
-    assert costs["fitness"].update_floats == 32 * 1003
-    assert costs["sharded"].update_floats == 32 * 126
-    assert costs["gradient"].update_floats == 4 * 1003
+    assert costs["fitness"].update_floats == 32 * 100_003
+    assert costs["sharded"].update_floats == 32 * 12_501
+    assert costs["gradient"].update_floats == 4 * 100_003
     assert costs["sharded"].bit_identical and not costs["gradient"].bit_identical
     assert "sharded" in str(report)
 
 
 def test_auto_is_sharded_on_several_devices_fitness_on_one_and_with_low_rank_noise():
-    params = jnp.zeros(300)
+    params = jnp.zeros(3 * MIN_SLICE)
     strategy = es.OpenES(popsize=16, sigma=0.1, optimizer=optax.sgd(0.1))
     state = strategy.init(jax.random.key(0), params)
     for n, expected in ((1, "fitness"), (8, "sharded")):
