@@ -263,7 +263,7 @@ def exchanged_sums(members, coefficients, local_members, mesh, execution) -> Sum
       slices are moved back inside ``[0, D)``, so no read ever leaves a
       member's noise), and the slices are all-gathered and put back in
       order: the same additions in the same order as ``"fitness"``, so the
-      same bits. When ``S = D`` (tiny ``D``) it is ``"fitness"``.
+      same bits. When ``S = D`` (``D`` below ``MIN_SLICE``) it is ``"fitness"``.
     - ``"gradient"``: every device sums its own members; the sums are
       all-reduced (the grouping of the additions follows the mesh).
     """

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 import re
+import sys
+import types
 
 import pytest
 
@@ -31,7 +33,9 @@ def page_id(page: pathlib.Path) -> str:
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=page_id)
 def test_python_snippets_run(page, monkeypatch):
     monkeypatch.chdir(ROOT)
-    namespace: dict = {"__name__": f"docs_{page.stem}"}
+    module = types.ModuleType(f"docs_{page.stem}")  # a real module, so dataclasses (flax modules) can find it
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace: dict = module.__dict__
     for number, code in enumerate(blocks(page, "python"), start=1):
         try:
             exec(compile(code, f"{page_id(page)}[python block {number}]", "exec"), namespace)
