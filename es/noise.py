@@ -319,7 +319,7 @@ class NoiseTable:
 
 @dataclasses.dataclass(frozen=True)
 class LowRankNoise:
-    """Low-rank perturbations of matrix leaves (EGGROLL; Sarkar et al. 2025, "Evolution Strategies at the Hyperscale").
+    """Low-rank perturbations of matrix leaves (EGGROLL: Sarkar et al. 2025, "Evolution Strategies at the Hyperscale").
 
     For every leaf with two or more axes, viewed as the matrix ``(m, n) =
     (prod(shape[:-1]), shape[-1])`` (leading axes merged into rows, the last
@@ -362,6 +362,11 @@ class LowRankNoise:
         validation.check_int("LowRankNoise", "rank", self.rank, 1, "the rank of each matrix perturbation")
         validation.check_bool("LowRankNoise", "factored", self.factored)
 
+    @property
+    def norm(self) -> np.float32:
+        """``1 / sqrt(r)``, which makes every entry of ``A @ B.T / sqrt(r)`` unit variance."""
+        return np.float32(1 / np.sqrt(self.rank))
+
     def check(self, layout: Layout) -> None:
         if layout.dim >= 2**32 or self.draw_size(layout) >= 2**32:
             raise ValueError(f"LowRankNoise: {layout.dim} params need 64-bit counters; use fewer than 2**32.")
@@ -399,11 +404,10 @@ class LowRankNoise:
     def sample(self, aux: None, key: jax.Array, layout: Layout) -> jax.Array:
         """float32[D]: ``A @ B.T / sqrt(r)`` raveled for matrix leaves, the vector draw for the rest."""
         del aux
-        norm = np.float32(1 / np.sqrt(self.rank))
         parts = []
         with jax.named_scope("es_noise"):
             for (_, matrix), draw in zip(self.parts(layout), self.draw(key, layout)):
-                parts.append(draw if matrix is None else ((draw[0] @ draw[1].T) * norm).reshape(-1))
+                parts.append(draw if matrix is None else ((draw[0] @ draw[1].T) * self.norm).reshape(-1))
             return jnp.concatenate(parts)
 
     def sums(self, aux: None, keys, linear, square, layout: Layout, start=0, size: int | None = None):
@@ -411,7 +415,6 @@ class LowRankNoise:
         del aux
         if square is not None or not (isinstance(start, int) and start == 0 and size in (None, layout.dim)):
             raise ValueError("LowRankNoise.sums: squared sums and coordinate slices are not supported.")
-        norm = np.float32(1 / np.sqrt(self.rank))
         draws = jax.vmap(lambda key: self.draw(key, layout))(keys)
         parts = []
         with jax.named_scope("es_noise"):
@@ -420,7 +423,7 @@ class LowRankNoise:
                     parts.append(weighted_sums(linear, None, draw)[0])
                 else:
                     a, b = draw
-                    parts.append(jnp.einsum("bmr,bnr->mn", a * (linear * norm)[:, None, None], b).reshape(-1))
+                    parts.append(jnp.einsum("bmr,bnr->mn", a * (linear * self.norm)[:, None, None], b).reshape(-1))
             return jnp.concatenate(parts), None
 
     def factored_members(self, params, keys: jax.Array, scales: jax.Array, layout: Layout):
@@ -446,7 +449,7 @@ class LowRankNoise:
                 members.append(perturbed.astype(leaf.dtype).reshape((-1,) + leaf.shape))
                 axes.append(0)
             else:
-                members.append(LowRank(leaf, draw, scales * np.float32(1 / np.sqrt(self.rank))))
+                members.append(LowRank(leaf, draw, scales * self.norm))
                 axes.append(LowRank(None, (0, 0), 0))
         return jax.tree.unflatten(treedef, members), jax.tree.unflatten(treedef, axes)
 

@@ -89,7 +89,8 @@ def test_sharded_with_fewer_than_min_slice_params_sums_everything_like_fitness()
     params = jnp.linspace(-1.0, 1.0, 300)
     assert engine.slice_size(300, 8) == 300
     chex.assert_trees_all_equal(
-        evolve(strategy, params, 8, "sharded", fitness_fn=sphere), evolve(strategy, params, 1, "fitness", fitness_fn=sphere)
+        evolve(strategy, params, 8, "sharded", fitness_fn=sphere),
+        evolve(strategy, params, 1, "fitness", fitness_fn=sphere),
     )
 
 
@@ -146,7 +147,8 @@ def test_auto_is_sharded_on_several_devices_fitness_on_one_and_with_low_rank_noi
     assert engine.check_evolve_args(low_rank, sphere, state, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
     # auto gives the bits of fitness
     chex.assert_trees_all_equal(
-        evolve(strategy, params, 8, "auto", fitness_fn=sphere), evolve(strategy, params, 8, "fitness", fitness_fn=sphere)
+        evolve(strategy, params, 8, "auto", fitness_fn=sphere),
+        evolve(strategy, params, 8, "fitness", fitness_fn=sphere),
     )
 
 
