@@ -479,12 +479,13 @@ def check_fitness_input(strategy: Strategy, fitness_fn, state: State, layout: La
 
 
 def resolve_exchange(strategy: Strategy, layout: Layout, num_devices: int) -> str:
-    """What ``exchange="auto"`` runs: ``"sharded"`` on a mesh of several devices when the noise source
-    can rebuild coordinate slices, else ``"fitness"``. The two give the same bits, so the choice changes
-    only the cost (docs/scaling.md): ``"sharded"`` divides the update's noise work by the device count
-    and moves ``4 * D`` (``8 * D`` with squared sums) more bytes per generation."""
-    del layout
-    return "sharded" if num_devices > 1 and strategy.noise.sliceable else "fitness"
+    """What ``exchange="auto"`` runs: ``"sharded"`` when the update can be split (several devices, a noise
+    source that can rebuild coordinate slices, and ``D`` large enough that each device gets fewer than all of
+    them: ``slice_size``), else ``"fitness"``. The two give the same bits, so the choice changes only the
+    cost (docs/scaling.md): ``"sharded"`` divides the update's noise work by the device count and moves
+    ``4 * D`` (``8 * D`` with squared sums) more bytes per generation."""
+    splits = num_devices > 1 and strategy.noise.sliceable and slice_size(layout.dim, num_devices) < layout.dim
+    return "sharded" if splits else "fitness"
 
 
 def resolve_execution(

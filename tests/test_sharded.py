@@ -136,12 +136,14 @@ def test_exchange_report_models_the_bytes_the_compiled_program_moves():
     assert "sharded" in str(report)
 
 
-def test_auto_is_sharded_on_several_devices_fitness_on_one_and_with_low_rank_noise():
+def test_auto_is_sharded_on_several_devices_else_fitness():
     params = jnp.zeros(3 * MIN_SLICE)
     strategy = es.OpenES(popsize=16, sigma=0.1, optimizer=optax.sgd(0.1))
     state = strategy.init(jax.random.key(0), params)
     for n, expected in ((1, "fitness"), (8, "sharded")):
         assert engine.check_evolve_args(strategy, sphere, state, 1, es.make_mesh(n), "auto")[1].exchange == expected
+    small = strategy.init(jax.random.key(0), jnp.zeros(MIN_SLICE))  # one slice would be all of it
+    assert engine.check_evolve_args(strategy, sphere, small, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
     low_rank = es.OpenES(popsize=16, noise=es.LowRankNoise())
     state = low_rank.init(jax.random.key(0), {"w": jnp.zeros((10, 30))})
     assert engine.check_evolve_args(low_rank, sphere, state, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
