@@ -17,12 +17,17 @@ spans every process's devices (``docs/distributed.md``, ``python -m es.launch``)
 from es import checkpoint, distributed, shaping
 from es.ask_tell import ask, tell
 from es.checkpoint import CheckpointError, CheckpointWarning, load_params
-from es.collectives import Collective, CollectivesReport, collectives_report, compiled_generation_hlo
+from es.collectives import (
+    Collective, CollectivesReport, ExchangeCost, ExchangeReport, collectives_report, compiled_generation_hlo,
+    exchange_report,
+)
 from es.engine import EXCHANGE_MODES, METRIC_NAMES, evolve, generation_step
 from es.fitness import StatefulFitness
 from es.host import FitnessError, HostFitness
 from es.mesh import POPULATION_AXIS, make_mesh
-from es.noise import GaussianNoise, NoiseTable
+from es.layout import Layout
+from es.lowrank import LowRank, matmul, materialise
+from es.noise import GaussianNoise, LowRankNoise, NoiseTable
 from es.distributed import is_writer
 from es.runner import RunResult, Segment, run, run_many
 from es.seeding import init_from_seed
@@ -53,9 +58,14 @@ __all__ = [
     "Collective",
     "CollectivesReport",
     "EXCHANGE_MODES",
+    "ExchangeCost",
+    "ExchangeReport",
     "FitnessError",
     "GaussianNoise",
     "HostFitness",
+    "Layout",
+    "LowRank",
+    "LowRankNoise",
     "METRIC_NAMES",
     "NoiseTable",
     "OpenES",
@@ -75,11 +85,14 @@ __all__ = [
     "distributed",
     "evolve",
     "evolve_many",
+    "exchange_report",
     "generation_step",
     "init_from_seed",
     "is_writer",
     "load_params",
     "make_mesh",
+    "materialise",
+    "matmul",
     "run",
     "run_many",
     "shaping",

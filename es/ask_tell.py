@@ -29,6 +29,7 @@ from jax.sharding import PartitionSpec as P
 from es import engine
 from es.distributed import replicate
 from es.fitness import GivenFitness
+from es.layout import Layout
 from es.mesh import resolve_mesh
 from es.strategy import State, Strategy
 
@@ -50,14 +51,14 @@ def ask(strategy: Strategy, state: State, members: range | None = None, *, eval_
     """
     _check(strategy, state, "ask")
     start, stop = _member_range(strategy, members)
-    execution = engine.resolve_execution(strategy, engine.num_params(state.params), "fitness", eval_batch_size, None)
+    execution = engine.resolve_execution(strategy, Layout.of(state.params), "fitness", eval_batch_size, None)
     pairs = engine.evaluates_pairs(strategy, stop - start, execution.eval_batch_size) and start % 2 == 0
     return _ask_compiled(strategy, start, stop, pairs, state)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _ask_compiled(strategy, start, stop, pairs, state):
-    noise_aux = strategy.noise.prepare(engine.num_params(state.params))
+    noise_aux = strategy.noise.prepare(Layout.of(state.params))
     return engine.this_generation(strategy, noise_aux, state).members(jnp.arange(start, stop, dtype=jnp.int32), pairs)
 
 
@@ -97,9 +98,7 @@ def tell(
             f"es.tell: fitness must be a real array of shape ({strategy.popsize},) (one value per member, in "
             f"member order), got {values.dtype}{list(values.shape)}."
         )
-    execution = engine.resolve_execution(
-        strategy, engine.num_params(state.params), "fitness", None, update_batch_size
-    )
+    execution = engine.resolve_execution(strategy, Layout.of(state.params), "fitness", None, update_batch_size)
     mesh = resolve_mesh(None)
     state, metrics = _tell_compiled(strategy, mesh, execution, replicate(state, mesh), jnp.asarray(values, jnp.float32))
     return state, jax.tree.map(lambda m: m[0], metrics)
@@ -120,9 +119,7 @@ def _check(strategy: Strategy, state: State, name: str) -> None:
         raise TypeError(f"es.{name}: strategy must be an es strategy (es.OpenES, es.SNES, ...), got "
                         f"{type(strategy).__name__}.")
     engine.check_state(strategy, None, state)
-    dim = engine.num_params(state.params)
-    strategy.noise.check(dim)
-    strategy.check_run(dim)
+    engine.check_noise(strategy, state, Layout.of(state.params))
 
 
 def _member_range(strategy: Strategy, members) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from jax.sharding import Mesh
 from es import engine
 from es.distributed import replicate
 from es.fitness import adapter
+from es.layout import Layout
 from es.strategy import State, Strategy
 
 COLLECTIVE_OPS = (
@@ -166,3 +167,117 @@ def collectives_report(
     """
     hlo = compiled_generation_hlo(strategy, fitness_fn, state, mesh, **execution)
     return CollectivesReport(engine.resolve_mesh(mesh).size, parse_collectives(hlo))
+
+
+# --------------------------------------------------------------------------- what each exchange mode costs
+
+
+class ExchangeCost(NamedTuple):
+    """What one exchange mode costs per generation, per device (a model; ``measured_bytes`` from the HLO).
+
+    Attributes:
+      mode: ``"fitness"``, ``"sharded"`` or ``"gradient"``.
+      bytes: bytes crossing devices per generation by the model: the
+        all-gathered fitnesses (``4 P``) plus, for ``"sharded"``, the
+        all-gathered slices of the sums (``4 n S`` with ``S =
+        ceil(D / n)``, twice that when the strategy needs ``Sums.square``)
+        and for ``"gradient"`` the all-reduced sums (``4 D``, or ``8 D``).
+        Per-member statistics of a ``StatefulFitness`` come on top.
+      measured_bytes: the same read from the compiled program
+        (``collectives_report``), or ``None`` when not measured.
+      eval_floats: noise floats this device draws to evaluate its ``P / n``
+        members.
+      update_floats: noise floats this device draws to form the update's
+        sums: every noise vector for ``"fitness"``, every noise vector's
+        ``1 / n`` slice for ``"sharded"``, its own members' for
+        ``"gradient"``.
+      bit_identical: whether results are the same bits on any device count
+        (and equal to ``"fitness"``'s).
+    """
+
+    mode: str
+    bytes: int
+    measured_bytes: int | None
+    eval_floats: int
+    update_floats: int
+    bit_identical: bool
+
+
+class ExchangeReport(NamedTuple):
+    """``ExchangeCost`` of every mode for one strategy, params and mesh, and the mode ``"auto"`` picks.
+
+    Besides the noise, every device runs the strategy's update on all ``D``
+    coordinates (``O(D)``, the same in every mode) and its ``P / n``
+    fitness evaluations.
+    """
+
+    num_devices: int
+    popsize: int
+    num_params: int
+    auto: str
+    costs: tuple[ExchangeCost, ...]
+
+    def __str__(self) -> str:
+        lines = [
+            f"exchange modes for popsize {self.popsize}, {self.num_params:,d} params, {self.num_devices} device(s) "
+            f"(auto: {self.auto}); per device and generation:",
+            f"  {'mode':<9} {'bytes (model)':>14} {'bytes (HLO)':>14} {'eval noise':>14} {'update noise':>14}"
+            "  bit-identical",
+        ]
+        for c in self.costs:
+            measured = "-" if c.measured_bytes is None else f"{c.measured_bytes:,d}"
+            lines.append(
+                f"  {c.mode:<9} {c.bytes:>14,d} {measured:>14} {c.eval_floats:>14,d} {c.update_floats:>14,d}  "
+                f"{'yes' if c.bit_identical else 'no (rounding follows the mesh)'}"
+            )
+        return "\n".join(lines)
+
+
+def exchange_report(
+    strategy: Strategy, fitness_fn: Callable, state: State, mesh: Mesh | None = None, *, measure: bool = True,
+    **execution,
+) -> ExchangeReport:
+    """What each exchange mode moves between devices and what each device computes, per generation.
+
+    The model counts noise floats drawn (each costs one threefry hash and an
+    ``erfinv`` with ``es.GaussianNoise``, one read with ``es.NoiseTable``)
+    and bytes crossing devices; with ``measure`` every mode is compiled for
+    one generation and its bytes are read from the HLO
+    (``collectives_report``). Modes the noise source cannot run (sharded
+    low-rank noise) are left out. ``execution``: ``eval_batch_size``,
+    ``update_batch_size`` as for ``es.evolve``. Example::
+
+        print(es.exchange_report(strategy, fitness_fn, state, es.make_mesh(8)))
+
+    docs/scaling.md explains the trade-off and has measured timings.
+    """
+    mesh = engine.resolve_mesh(mesh)
+    n, popsize = mesh.size, strategy.popsize
+    layout = Layout.of(state.params)
+    dim, noise = layout.dim, strategy.noise
+    draw = noise.draw_size(layout)
+    vectors = popsize // 2 if strategy.antithetic else popsize
+    resolved = engine.resolve_execution(strategy, layout, "fitness", execution.get("eval_batch_size"),
+                                        execution.get("update_batch_size"), n)
+    local = popsize // n
+    pairs = engine.evaluates_pairs(strategy, local, resolved.eval_batch_size)
+    eval_floats = (local // 2 if pairs and not noise.factored else local) * draw
+    sums = 2 if strategy.uses_squares else 1
+    size = engine.slice_size(dim, n)
+    modes = {
+        "fitness": (4 * popsize, vectors * draw, True),
+        "sharded": (4 * popsize + (0 if size == dim else 4 * sums * n * size), vectors * size, True),
+        "gradient": (4 * popsize + (4 * sums * dim if n > 1 else 0), -(-vectors // n) * draw, n == 1),
+    }
+    if not noise.sliceable:
+        del modes["sharded"]
+    if n == 1:
+        modes = {mode: (0, *rest) for mode, (_, *rest) in modes.items()}  # XLA removes every collective
+    costs = []
+    for mode, (bytes_, update_floats, identical) in modes.items():
+        measured = None
+        if measure:
+            measured = collectives_report(strategy, fitness_fn, state, mesh, exchange=mode, **execution).total_bytes
+        costs.append(ExchangeCost(mode, bytes_, measured, eval_floats, update_floats, identical))
+    auto = engine.resolve_exchange(strategy, layout, n)
+    return ExchangeReport(n, popsize, dim, auto, tuple(costs))

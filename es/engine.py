@@ -13,8 +13,11 @@ One generation, as every device runs it inside ``shard_map``::
 Only the ``P`` fitness scalars (plus the per-member statistics of a
 ``StatefulFitness``) cross devices in the default ``exchange="fitness"`` mode.
 Every device then performs the identical update, so the state stays replicated
-and results do not depend on the number of devices. The strategy
-(``es/strategy.py``) supplies only the maths of steps 3 and 5.
+and results do not depend on the number of devices. ``exchange="sharded"``
+splits the sums instead: device ``d`` rebuilds only its ``1/n`` slice of the
+coordinates of every member's noise, and the slices are all-gathered, with
+the same bits. The strategy (``es/strategy.py``) supplies only the maths of
+steps 3 and 5; ``docs/scaling.md`` compares the modes.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
-from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from es import noise as noise_lib
 from es import population, validation
+from es.layout import Layout
 from es.batching import (
     default_eval_batch_size,
     default_update_batch_size,
@@ -46,7 +51,8 @@ from es.strategy import Coefficients, State, Strategy, Sums
 PyTree = Any
 Metrics = dict[str, jax.Array]
 
-EXCHANGE_MODES = ("fitness", "gradient")
+EXCHANGE_MODES = ("fitness", "sharded", "gradient", "auto")
+"""The accepted ``exchange=`` values; ``"auto"`` resolves to ``"sharded"`` or ``"fitness"`` (``resolve_exchange``)."""
 
 METRIC_NAMES = (
     "fitness_mean",  # mean of the generation's valid fitnesses
@@ -69,9 +75,11 @@ class Execution:
     Attributes:
       exchange: ``"fitness"`` (only fitnesses cross devices; every device
         rebuilds every member's noise for the update; bit-identical on any
-        device count) or ``"gradient"`` (each device sums its own members and
-        the params-sized sums are all-reduced; rounding depends on the device
-        count).
+        device count), ``"sharded"`` (each device rebuilds its ``1/n`` slice
+        of the coordinates of every member's noise and the slices of the sums
+        are all-gathered; the same bits as ``"fitness"``) or ``"gradient"``
+        (each device sums its own members and the params-sized sums are
+        all-reduced; rounding depends on the device count).
       eval_batch_size: members evaluated together by one vmapped call.
       update_batch_size: noise vectors rebuilt per step of the sums.
     """
@@ -121,8 +129,11 @@ def evolve(
       mesh: the devices to shard the population over (``es.make_mesh()``,
         which spans every process after ``es.distributed.initialize``);
         ``None`` runs on this process's default device.
-      exchange: ``"fitness"`` (default) or ``"gradient"``; see ``Execution``
-        and docs/design.md.
+      exchange: ``"fitness"`` (default), ``"sharded"``, ``"gradient"`` or
+        ``"auto"``; see ``Execution``, ``es.exchange_report`` and
+        docs/scaling.md. ``"sharded"`` gives the same bits as ``"fitness"``
+        with ``1/n`` of its update work per device; ``"auto"`` picks one of
+        these two by mesh size and noise source.
       eval_batch_size: members each device evaluates together in one vmapped
         micro-batch (devices loop over their share in such batches). It must
         be the same on every mesh for results to be bit-identical across
@@ -173,7 +184,7 @@ def shard_replicated(fn: Callable, mesh: Mesh) -> Callable:
 
 def run_generations(strategy, fitness, mesh, execution, num_generations, state):
     """``num_generations`` generations in a ``lax.scan`` (inside the ``shard_map``)."""
-    noise_aux = strategy.noise.prepare(num_params(state.params))
+    noise_aux = strategy.noise.prepare(Layout.of(state.params))
     step = functools.partial(generation_step, strategy, fitness, mesh, execution, noise_aux)
     return jax.lax.scan(lambda s, _: step(s), state, length=num_generations)
 
@@ -206,13 +217,9 @@ def generation_step(
     # 3. Shape: the strategy turns the fitnesses into per-member coefficients.
     coefficients = strategy.coefficients(state.strategy_state, all_fitness)
 
-    # 4. Rebuild the sums it asks for from the shared keys, in chunks.
+    # 4. Rebuild the sums it asks for from the shared keys, in chunks (all of them, a slice, or our members').
     with jax.named_scope("es_update"):
-        summed = jnp.arange(strategy.popsize, dtype=jnp.int32) if execution.exchange == "fitness" else local_members
-        sums = rebuild_sums(members, coefficients, summed, execution.update_batch_size)
-        if execution.exchange == "gradient":
-            with jax.named_scope("es_exchange"):
-                sums = jax.lax.psum(sums, mesh.axis_names)
+        sums = exchanged_sums(members, coefficients, local_members, mesh, execution)
 
     # 5. The strategy's update (skipped without a valid member, or if it is not finite).
     with jax.named_scope("es_optimizer"):
@@ -244,11 +251,10 @@ def evaluate_local(strategy: Strategy, fitness: Any, mesh: Mesh, execution: Exec
 
 def this_generation(strategy: Strategy, noise_aux: Any, state: State) -> population.Generation:
     """The members of the generation that ``state`` is about to run (rebuilt on demand)."""
-    flat, unravel = ravel_pytree(state.params)
     scale = strategy.scale(state.strategy_state, state.generation)
     gen_key = population.generation_key(state.key, state.generation)
     return population.Generation(
-        strategy.noise, noise_aux, gen_key, flat, unravel, scale, strategy.antithetic, state.generation
+        strategy.noise, noise_aux, gen_key, state.params, scale, strategy.antithetic, state.generation
     )
 
 
@@ -269,10 +275,65 @@ def evaluates_pairs(strategy: Strategy, num_members: int, batch: int) -> bool:
     )
 
 
-def rebuild_sums(members: population.Generation, coefficients: Coefficients, summed: jax.Array, batch: int) -> Sums:
+def exchanged_sums(members, coefficients, local_members, mesh, execution) -> Sums:
+    """The ``Sums`` of the whole population on every device, as ``execution.exchange`` forms them.
+
+    - ``"fitness"``: every device sums every member over all ``D`` coordinates.
+    - ``"sharded"``: device ``d`` sums every member over its slice of ``S =
+      slice_size(D, n)`` coordinates, ``[min(d S, D - S), +S)`` (the last
+      slices are moved back inside ``[0, D)``, so no read ever leaves a
+      member's noise), and the slices are all-gathered and put back in
+      order: the same additions in the same order as ``"fitness"``, so the
+      same bits. When ``S = D`` (``D`` below ``MIN_SLICE``) it is ``"fitness"``.
+    - ``"gradient"``: every device sums its own members; the sums are
+      all-reduced (the grouping of the additions follows the mesh).
+    """
+    batch = execution.update_batch_size
+    if execution.exchange == "gradient":
+        sums = rebuild_sums(members, coefficients, local_members, batch)
+        with jax.named_scope("es_exchange"):
+            return jax.lax.psum(sums, mesh.axis_names)
+    everyone = jnp.arange(coefficients.linear.shape[0], dtype=jnp.int32)
+    dim, size = members.dim, slice_size(members.dim, mesh.size)
+    if execution.exchange == "fitness" or size == dim:
+        return rebuild_sums(members, coefficients, everyone, batch)
+    start = jnp.minimum(jax.lax.axis_index(mesh.axis_names) * size, dim - size)
+    slices = rebuild_sums(members, coefficients, everyone, batch, start, size)
+    with jax.named_scope("es_exchange"):
+        gathered = jax.lax.all_gather(slices, mesh.axis_names, tiled=True)
+    order = slice_order(dim, mesh.size)
+    return jax.tree.map(lambda x: x if order is None else x[order], gathered)
+
+
+def slice_size(dim: int, num_devices: int) -> int:
+    """``S``, the coordinates each device sums with ``exchange="sharded"``: ``ceil(D / n)``, at least
+    ``es.noise.MIN_SLICE`` (below it the update is cheap, and ``GaussianNoise`` sums it with a reduction that
+    XLA rounds by shape), at most ``D`` (then every device sums everything, as with ``"fitness"``)."""
+    return min(dim, max(-(-dim // num_devices), noise_lib.MIN_SLICE))
+
+
+def slice_order(dim: int, num_devices: int) -> np.ndarray | None:
+    """Where coordinate ``j`` is in the all-gathered slices of ``exchanged_sums``; ``None`` when they are in place.
+
+    Slice ``d`` covers ``[start_d, start_d + S)`` with ``start_d = min(d S, D - S)``;
+    coordinate ``j`` is read from slice ``j // S``, at ``j - start_{j // S}``.
+    """
+    size = slice_size(dim, num_devices)
+    if size * num_devices == dim:
+        return None
+    j = np.arange(dim)
+    owner = j // size
+    return (owner * size + j - np.minimum(owner * size, dim - size)).astype(np.int32)
+
+
+def rebuild_sums(
+    members: population.Generation, coefficients: Coefficients, summed: jax.Array, batch: int,
+    start: int | jax.Array = 0, size: int | None = None,
+) -> Sums:
     """``Sums`` over the consecutive members ``summed``, accumulated chunk by chunk in member order.
 
-    With antithetic pairs (``summed`` of even length from an even index) each
+    Over coordinates ``[start, start + size)`` (default: all ``D``). With
+    antithetic pairs (``summed`` of even length from an even index) each
     noise vector is rebuilt once: pair ``j`` contributes ``(a_2j - a_2j+1) *
     eps_j`` and ``(b_2j + b_2j+1) * eps_j**2``.
     """
@@ -288,12 +349,14 @@ def rebuild_sums(members: population.Generation, coefficients: Coefficients, sum
         square = None if square is None else square[summed]
         indices = population.noise_index(summed, antithetic)
 
+    size = members.dim if size is None else size
+
     def chunk_sums(chunk):
         chunk_linear, chunk_square, chunk_indices = chunk
-        keys = jax.vmap(population.noise_key, in_axes=(None, 0))(members.key, chunk_indices)
-        return members.noise.sums(members.aux, keys, chunk_linear, chunk_square, members.dim)
+        keys = members.noise_keys(chunk_indices)
+        return members.noise.sums(members.aux, keys, chunk_linear, chunk_square, members.layout, start, size)
 
-    zeros = jnp.zeros((members.dim,), jnp.float32)
+    zeros = jnp.zeros((size,), jnp.float32)
     init = (zeros, None if square is None else zeros)
     return Sums(*sum_in_batches(chunk_sums, (linear, square, indices), batch, init))
 
@@ -395,29 +458,86 @@ def check_evolve_args(
             f"or a mesh whose size divides {strategy.popsize}."
         )
     check_state(strategy, fitness, state)
-    fitness.check(state.params, state.key, state.fitness_state)
-    dim = num_params(state.params)
-    strategy.noise.check(dim)
-    strategy.check_run(dim)
-    execution = resolve_execution(strategy, dim, exchange, eval_batch_size, update_batch_size, fitness)
+    layout = Layout.of(state.params)
+    check_noise(strategy, state, layout)
+    check_fitness_input(strategy, fitness, state, layout)
+    execution = resolve_execution(strategy, layout, exchange, eval_batch_size, update_batch_size, mesh.size, fitness)
     return mesh, execution
 
 
-def resolve_execution(strategy, dim, exchange, eval_batch_size, update_batch_size, fitness=None) -> Execution:
-    """The ``Execution`` of a run: ``exchange`` checked, automatic batch sizes filled in.
+def check_noise(strategy: Strategy, state: State, layout: Layout) -> None:
+    """The noise source can serve these params and this strategy (before compiling)."""
+    strategy.noise.check(layout)
+    strategy.check_run(layout.dim)
+    if strategy.noise.factored:
+        scale = jax.eval_shape(strategy.scale, state.strategy_state, state.generation)
+        if scale.shape != ():
+            raise ValueError(
+                f"{type(strategy).__name__} perturbs each coordinate with its own scale (scale is "
+                f"float32{list(scale.shape)}), but LowRankNoise(factored=True) needs one scale per member to keep "
+                "A @ B.T factored; use LowRankNoise(factored=False) or a strategy with a scalar sigma."
+            )
+
+
+def check_fitness_input(strategy: Strategy, fitness, state: State, layout: Layout) -> None:
+    """The fitness (an adapter) accepts what it will receive (``es.LowRank`` matrix leaves when factored)."""
+    if not strategy.noise.factored:
+        fitness.check(state.params, state.key, state.fitness_state)
+        return
+    if not isinstance(fitness, FitnessRef):
+        raise TypeError(
+            "LowRankNoise(factored=True) passes es.LowRank matrix leaves, which only a JAX fitness function can "
+            "take; with an es.HostFitness use LowRankNoise(factored=False), whose members are plain arrays."
+        )
+    example = strategy.noise.factored_example(state.params, layout)
+    try:
+        fitness.check(example, state.key, state.fitness_state)
+    except Exception as error:  # whatever the user's code raises on an es.LowRank leaf
+        raise TypeError(
+            "fitness_fn fails on what LowRankNoise(factored=True) passes it: every matrix leaf (2 or more axes) "
+            "arrives as an es.LowRank(base, factors, scale), not an array. Multiply by weights with "
+            "es.matmul(x, w), or call w.materialise() / es.materialise(w); see docs/lowrank.md. "
+            f"The error was {type(error).__name__}: {error}"
+        ) from error
+
+
+def resolve_exchange(strategy: Strategy, layout: Layout, num_devices: int) -> str:
+    """What ``exchange="auto"`` runs: ``"sharded"`` when the update can be split (several devices, a noise
+    source that can rebuild coordinate slices, and ``D`` large enough that each device gets fewer than all of
+    them: ``slice_size``), else ``"fitness"``. The two give the same bits, so the choice changes only the
+    cost (docs/scaling.md): ``"sharded"`` divides the update's noise work by the device count and moves
+    ``4 * D`` (``8 * D`` with squared sums) more bytes per generation."""
+    splits = num_devices > 1 and strategy.noise.sliceable and slice_size(layout.dim, num_devices) < layout.dim
+    return "sharded" if splits else "fitness"
+
+
+def resolve_execution(
+    strategy, layout: Layout, exchange, eval_batch_size, update_batch_size, num_devices: int = 1, fitness=None
+) -> Execution:
+    """The ``Execution`` of a run: ``exchange`` checked (``"auto"`` resolved), automatic batch sizes filled in.
 
     ``fitness`` (an adapter, or ``None`` for a JAX fitness) picks the default
     evaluation batch: ``es.HostFitness`` evaluates each device's whole share at once.
     """
     validation.check_choice("es.evolve", "exchange", exchange, EXCHANGE_MODES)
+    if exchange == "auto":
+        exchange = resolve_exchange(strategy, layout, num_devices)
+    if exchange == "sharded" and not strategy.noise.sliceable:
+        raise ValueError(
+            f"es.evolve(exchange='sharded') with {type(strategy.noise).__name__}: its update is one matrix "
+            "product per chunk of members, which cannot be split into coordinate slices that round like the "
+            "whole; use exchange='fitness' (or 'auto', which picks it) with low-rank noise."
+        )
     eval_batch_size = validation.check_optional_int("es.evolve", "eval_batch_size", eval_batch_size)
     update_batch_size = validation.check_optional_int("es.evolve", "update_batch_size", update_batch_size)
+    draw = strategy.noise.draw_size(layout)
+    evaluated = draw if strategy.noise.factored else layout.dim  # floats of one member's fitness input
     if eval_batch_size is None:
-        eval_batch_size = (fitness or FitnessRef).default_eval_batch_size(strategy, dim)
+        eval_batch_size = (fitness or FitnessRef).default_eval_batch_size(strategy, evaluated)
     return Execution(
         exchange=exchange,
         eval_batch_size=eval_batch_size,
-        update_batch_size=update_batch_size or default_update_batch_size(dim),
+        update_batch_size=update_batch_size or default_update_batch_size(draw),
     )
 
 

@@ -131,10 +131,10 @@ class FitnessRef:
 
     def evaluate(self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
         """``(fitness float32[len(chunk)], stats)`` of the members ``chunk``, by one vmapped call."""
-        params = members.members(chunk, pairs)
+        params, params_axes = members.fitness_inputs(chunk, pairs)
         keys = jax.vmap(population.eval_key, in_axes=(None, 0))(members.key, chunk)
         with jax.named_scope("es_fitness"):
-            return jax.vmap(self.evaluate_one, in_axes=(0, 0, None))(params, keys, fitness_state)
+            return jax.vmap(self.evaluate_one, in_axes=(params_axes, 0, None))(params, keys, fitness_state)
 
 
 class GivenFitness:

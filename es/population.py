@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from es.layout import Layout
 
 _NOISE_STREAM = 0
 _EVAL_STREAM = 1
@@ -54,30 +57,33 @@ class Generation:
 
     Member ``i`` is ``mean + scale * noise_sign(i) * eps_{noise_index(i)}``,
     built in float32 and cast to the params' dtype. ``scale`` is a float32
-    scalar or ``float32[D]``. Used inside traced code only (it holds the
-    ``unravel`` function of ``ravel_pytree``).
+    scalar or ``float32[D]``. Used inside traced code only.
 
     Args:
       noise: the strategy's noise source; ``aux`` what its ``prepare`` built.
       key: this generation's key (``generation_key``).
-      flat, unravel: the raveled mean and its unravel function.
+      params: the mean (a pytree).
       scale: the strategy's ``scale`` this generation.
       antithetic: whether members come in ``+/-`` pairs.
       generation: the generation's number (int32 scalar), for messages about
         its members (``es.HostFitness`` names the generation that failed).
     """
 
-    def __init__(self, noise, aux, key, flat, unravel, scale, antithetic: bool, generation=None):
+    def __init__(self, noise, aux, key, params, scale, antithetic: bool, generation=None):
         self.noise, self.aux, self.key = noise, aux, key
         self.generation = generation
-        self.flat, self.unravel, self.scale = flat, unravel, scale
-        self.antithetic = antithetic
-        self.dim = flat.shape[0]
+        self.params, self.scale, self.antithetic = params, scale, antithetic
+        self.flat, self.unravel = ravel_pytree(params)
+        self.layout = Layout.of(params)
+        self.dim = self.layout.dim
+
+    def noise_keys(self, indices: jax.Array) -> jax.Array:
+        """The keys of the noise vectors ``indices``."""
+        return jax.vmap(noise_key, in_axes=(None, 0))(self.key, indices)
 
     def noise_vectors(self, indices: jax.Array) -> jax.Array:
         """float32[len(indices), D]: the noise vectors with those indices."""
-        keys = jax.vmap(noise_key, in_axes=(None, 0))(self.key, indices)
-        return jax.vmap(self.noise.sample, in_axes=(None, 0, None))(self.aux, keys, self.dim)
+        return jax.vmap(self.noise.sample, in_axes=(None, 0, None))(self.aux, self.noise_keys(indices), self.layout)
 
     def perturb(self, sign: jax.Array, eps: jax.Array):
         """The params pytree ``mean + scale * sign * eps`` for one member."""
@@ -101,5 +107,18 @@ class Generation:
     def member(self, member: jax.Array):
         """The params of one member (a scalar int32 index)."""
         index = noise_index(member, self.antithetic)
-        eps = self.noise.sample(self.aux, noise_key(self.key, index), self.dim)
+        eps = self.noise.sample(self.aux, noise_key(self.key, index), self.layout)
         return self.perturb(noise_sign(member, self.antithetic), eps)
+
+    def fitness_inputs(self, members: jax.Array, pairs: bool = False):
+        """``(params, in_axes)``: what the fitness receives for ``members``, and how to ``vmap`` over it.
+
+        The member params (leading axis ``len(members)``, ``in_axes`` 0), or
+        with ``LowRankNoise(factored=True)`` the mean's matrix leaves as
+        ``es.LowRank`` values whose base is shared (``in_axes`` ``None``).
+        """
+        if not self.noise.factored:
+            return self.members(members, pairs), 0
+        scales = self.scale * noise_sign(members, self.antithetic)
+        keys = self.noise_keys(noise_index(members, self.antithetic))
+        return self.noise.factored_members(self.params, keys, scales, self.layout)

@@ -99,7 +99,8 @@ class Strategy:
     - ``antithetic``: a field or a class constant; members ``2j, 2j+1`` share
       noise vector ``j`` with signs ``+1, -1``.
     - ``uses_squares``: whether ``coefficients`` returns ``square`` (a
-      per-coordinate variance update, unsound with low-rank samples).
+      per-coordinate variance update, unsound with low-rank samples: such a
+      strategy refuses a noise source without ``independent_coordinates``).
     """
 
     uses_squares: ClassVar[bool] = False
@@ -136,9 +137,22 @@ class Strategy:
         validation.check_bool(name, "maximize", self.maximize)
         if not isinstance(self.noise, noise_lib.NOISE_SOURCES):
             raise TypeError(
-                f"{name}(noise={self.noise!r}): noise must be es.GaussianNoise() or "
-                "es.NoiseTable(size=..., seed=...)."
+                f"{name}(noise={self.noise!r}): noise must be es.GaussianNoise(), "
+                "es.NoiseTable(size=..., seed=...) or es.LowRankNoise(rank=..., factored=...)."
             )
+        if self.uses_squares and not self.noise.independent_coordinates:
+            raise ValueError(
+                f"{name}(noise={self.noise!r}): {name} adapts a variance per coordinate from the squared noise "
+                "eps**2, which assumes independent N(0, 1) coordinates; the coordinates of a low-rank "
+                f"perturbation A @ B.T are not independent, so that update is unsound. {self.low_rank_fix()}"
+            )
+
+    def low_rank_fix(self) -> str:
+        """How to use low-rank noise instead, for the error that refuses it."""
+        return (
+            "Use es.GaussianNoise() or es.NoiseTable() with this strategy, or low-rank noise with a strategy "
+            "that adapts only the mean (es.OpenES, es.ARS, es.PGPE(sigma_learning_rate=0))."
+        )
 
     def check_run(self, dim: int) -> None:
         """Checks that need the number of parameters, run by ``es.evolve`` before compiling (default: none)."""

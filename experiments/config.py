@@ -104,7 +104,7 @@ SCHEMA: dict[str, dict[str, Field] | None] = {
 }
 
 # YAML names of the noise sources.
-NOISE_NAMES = {"prng": "GaussianNoise", "table": "NoiseTable"}
+NOISE_NAMES = {"prng": "GaussianNoise", "table": "NoiseTable", "lowrank": "LowRankNoise"}
 
 
 def _noise_class(name: str):
@@ -414,8 +414,8 @@ def _check_noise(where: str, value: Any) -> dict:
     if isinstance(value, str):
         value = {"name": value}
     if not isinstance(value, dict) or value.get("name") not in NOISE_NAMES:
-        raise ConfigError(f"{where} must be one of {list(NOISE_NAMES)} or {{name: table, size: INT, seed: INT}}, "
-                          f"got {value!r}.")
+        raise ConfigError(f"{where} must be one of {list(NOISE_NAMES)}, {{name: table, size: INT, seed: INT}} or "
+                          f"{{name: lowrank, rank: INT, factored: BOOL}}, got {value!r}.")
     defaults = _noise_defaults(value["name"])
     for key in value:
         if key != "name" and key not in defaults:
@@ -423,7 +423,8 @@ def _check_noise(where: str, value: Any) -> dict:
                               f"{['name', *defaults]}{_suggest(key, defaults)}")
     resolved = {"name": value["name"]}
     for key, default in defaults.items():
-        resolved[key] = _check_value(f"{where}.{key}", Field("int", default, "an int"), value.get(key, default))
+        kind = "bool" if isinstance(default, bool) else "int"
+        resolved[key] = _check_value(f"{where}.{key}", Field(kind, default, f"a {kind}"), value.get(key, default))
     _build_noise(where, resolved)  # the noise source's own checks, named by key
     return resolved
 

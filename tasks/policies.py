@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import es
+
 PyTree = Any
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -98,7 +100,8 @@ def _dense_init(key: jax.Array, n_in: int, n_out: int, scale: float = 1.0) -> di
 
 
 def _dense(layer: dict, x: jax.Array) -> jax.Array:
-    return x @ layer["w"] + layer["b"]
+    """``x @ w + b``; ``es.matmul`` so that ``es.LowRankNoise(factored=True)`` keeps ``w`` factored."""
+    return es.matmul(x, layer["w"]) + layer["b"]
 
 
 def _mlp_init(key: jax.Array, n_in: int, hidden_sizes: tuple[int, ...], n_out: int, output_scale: float):

@@ -44,6 +44,13 @@ def test_set_overrides_take_yaml_values_and_reach_nested_keys():
     assert float(built.sigma_at(10)) == pytest.approx(0.45)
 
 
+def test_low_rank_noise_has_a_yaml_form():
+    config = resolved(["strategy.noise={name: lowrank, factored: true}"])
+    assert config["strategy"]["noise"] == {"name": "lowrank", "rank": 1, "factored": True}
+    _, built = config_lib.build(config)
+    assert built.noise == es.LowRankNoise(rank=1, factored=True)
+
+
 def test_schedules_map_to_optax_and_reach_optimizer_arguments():
     config = resolved(["strategy.optimizer={name: sgd, momentum: 0.9, learning_rate: "
                        "{schedule: cosine_decay, init_value: 0.1, decay_steps: 100}}"])
@@ -61,7 +68,7 @@ def test_schedules_map_to_optax_and_reach_optimizer_arguments():
         (["strategy.antithetic=1"], ["strategy.antithetic must be true or false"]),
         (["run.seed=1.5"], ["run.seed must be an int"]),
         (["strategy.fitness_shaping=rank"], ["strategy.fitness_shaping", "'centered_rank'", "'z_score'"]),
-        (["run.exchange=params"], ["run.exchange", "['fitness', 'gradient']"]),
+        (["run.exchange=params"], ["run.exchange", "['fitness', 'sharded', 'gradient', 'auto']"]),
         (["strategy.exchange=gradient"], ["unknown key 'strategy.exchange'", "valid keys of strategy (OpenES)"]),
         (["task.name=cartpol"], ["task.name: 'cartpol' is not valid", "'sphere'"]),
         (["strategy.optimizer.name=adamm"], ["unknown optimizer 'adamm'", "'sgd'", "did you mean 'adam'"]),
@@ -69,7 +76,8 @@ def test_schedules_map_to_optax_and_reach_optimizer_arguments():
         (["strategy.sigma={schedule: cosine, init_value: 1.0}"], ["unknown schedule 'cosine'", "'cosine_decay'"]),
         (["strategy.sigma={schedule: cosine_decay, init_value: 1.0}"], ["strategy.sigma", "'decay_steps'"]),
         (["strategy.sigma={init_value: 1.0}"], ["strategy.sigma", "without 'schedule'"]),
-        (["strategy.noise=tabel"], ["strategy.noise", "['prng', 'table']"]),
+        (["strategy.noise=tabel"], ["strategy.noise", "['prng', 'table', 'lowrank']"]),
+        (["strategy.noise={name: lowrank, factored: 1}"], ["strategy.noise.factored must be true or false"]),
         (["strategy.noise={name: table, sise: 5}"], ["unknown key 'strategy.noise.sise'", "'size'"]),
         (["strategy.noise={name: table, size: 0}"], ["strategy.noise", "size=0", "[1, 2**31 - 1]"]),
         (["strategy.sigma.init_value=2"], ["strategy.sigma is 0.05, not a mapping"]),

@@ -10,12 +10,12 @@ import optax
 import pytest
 import scipy.stats
 from conftest import rastrigin
-from jax.flatten_util import ravel_pytree
 
 import es
 from es import engine, population
 from es.fitness import FitnessRef
 from es.batching import default_eval_batch_size, map_chunks
+from es.layout import Layout
 from es.noise import standard_normal
 
 SOURCES = [es.GaussianNoise(), es.NoiseTable(size=4096, seed=3)]
@@ -39,19 +39,19 @@ def test_standard_normal_accepts_raw_and_non_threefry_keys():
 
 def test_noise_table_is_jax_random_normal_of_its_seed():
     size = 2**16 + 1234  # built 2**16 values per step: a full row and a partial one
-    table = jax.jit(es.NoiseTable(size=size, seed=9).prepare, static_argnums=0)(10)
+    table = jax.jit(es.NoiseTable(size=size, seed=9).prepare, static_argnums=0)(Layout(((10,),)))
     chex.assert_trees_all_equal(table, jax.random.normal(jax.random.key(9), (size,)))
-    other = jax.jit(es.NoiseTable(size=size, seed=10).prepare, static_argnums=0)(10)
+    other = jax.jit(es.NoiseTable(size=size, seed=10).prepare, static_argnums=0)(Layout(((10,),)))
     assert not np.array_equal(np.asarray(table), np.asarray(other))
 
 
 def _gaussian_samples(source, n):
     """``n`` noise values from ``source``: the table itself, or 64 vectors from distinct noise keys."""
     if isinstance(source, es.NoiseTable):
-        return np.asarray(jax.jit(source.prepare, static_argnums=0)(1), np.float64)
+        return np.asarray(jax.jit(source.prepare, static_argnums=0)(Layout(((1,),))), np.float64)
     gen_key = population.generation_key(jax.random.key(0), jnp.int32(0))
     keys = jax.vmap(population.noise_key, in_axes=(None, 0))(gen_key, jnp.arange(64))
-    draws = jax.jit(jax.vmap(lambda k: source.sample(None, k, n // 64)))(keys)
+    draws = jax.jit(jax.vmap(lambda k: source.sample(None, k, Layout(((n // 64,),)))))(keys)
     return np.asarray(draws, np.float64).ravel()
 
 
@@ -117,7 +117,6 @@ def key_using_fitness(params, key):
 def evaluate_both_ways(params, sigma):
     """Members 0..23 evaluated drawing each pair's noise once, and drawing it per member."""
     strategy = es.OpenES(popsize=24, sigma=sigma)
-    flat, unravel = ravel_pytree(params)
     fitness = FitnessRef(
         es.StatefulFitness(init=lambda: (), evaluate=lambda p, k, s: (key_using_fitness(p, k), p), update=None)
     )
@@ -126,7 +125,7 @@ def evaluate_both_ways(params, sigma):
 
     @functools.partial(jax.jit, static_argnums=0)
     def evaluate(pairs):
-        generation = population.Generation(strategy.noise, None, gen_key, flat, unravel, jnp.float32(sigma), True)
+        generation = population.Generation(strategy.noise, None, gen_key, params, jnp.float32(sigma), True)
         return map_chunks(lambda chunk: fitness.evaluate(generation, chunk, (), pairs), members, 6)
 
     return evaluate(True), evaluate(False)
@@ -187,16 +186,17 @@ def test_noise_table_learns_like_fresh_noise():
     assert float(jnp.sum(state.params**2)) < float(jnp.sum(start**2)) / 10
 
 
-@pytest.mark.parametrize("dim", [1000, es.noise.FUSED_SQUARES_MAX_DIM + 1])  # fused reductions, then a loop
+@pytest.mark.parametrize("dim", [1000, es.noise.MIN_SLICE + 1])  # fused reductions, then a loop
 @pytest.mark.parametrize("source", [es.GaussianNoise(), es.NoiseTable(size=2**18, seed=3)], ids=SOURCE_IDS)
 def test_sums_are_the_weighted_sums_of_the_samples_and_their_squares(source, dim):
     count = 7
-    aux = source.prepare(dim)
+    layout = es.Layout.of(jnp.zeros(dim))
+    aux = source.prepare(layout)
     keys = jax.vmap(population.noise_key, in_axes=(None, 0))(jax.random.key(4), jnp.arange(count))
     linear, square = jnp.linspace(-1.0, 1.0, count), jnp.linspace(0.5, 2.0, count)
-    eps = np.asarray(jax.vmap(source.sample, in_axes=(None, 0, None))(aux, keys, dim), np.float64)
-    total, total_square = jax.jit(source.sums, static_argnums=4)(aux, keys, linear, square, dim)
-    only_linear, none = jax.jit(source.sums, static_argnums=4)(aux, keys, linear, None, dim)
+    eps = np.asarray(jax.vmap(source.sample, in_axes=(None, 0, None))(aux, keys, layout), np.float64)
+    total, total_square = jax.jit(source.sums, static_argnums=4)(aux, keys, linear, square, layout)
+    only_linear, none = jax.jit(source.sums, static_argnums=4)(aux, keys, linear, None, layout)
     np.testing.assert_allclose(total, np.asarray(linear) @ eps, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(total_square, np.asarray(square) @ eps**2, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(only_linear, total, rtol=1e-6, atol=1e-6)

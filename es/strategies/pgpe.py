@@ -51,11 +51,14 @@ class PGPE(Strategy):
         ``es.clipup(learning_rate=0.15, max_speed=0.3)``, ClipUp's step
         lengths in params units (the paper's advice: ``learning_rate =
         max_speed / 2``; scale both with your params).
-      sigma_learning_rate: step of the scale update (>= 0; 0 keeps sigma).
+      sigma_learning_rate: step of the scale update (>= 0; 0 keeps sigma
+        fixed, one scale for every coordinate, and is what low-rank noise
+        needs).
       sigma_max_change: largest relative change of sigma per generation.
       fitness_shaping: as for ``es.OpenES`` (default centered ranks).
       maximize: whether the fitness is to be maximised.
-      noise: ``es.GaussianNoise()`` or ``es.NoiseTable(...)``.
+      noise: ``es.GaussianNoise()``, ``es.NoiseTable(...)`` or, with
+        ``sigma_learning_rate=0``, ``es.LowRankNoise(...)``.
     """
 
     popsize: int
@@ -68,16 +71,23 @@ class PGPE(Strategy):
     noise: noise_lib.NoiseSource = noise_lib.GaussianNoise()
 
     antithetic: ClassVar[bool] = True
-    uses_squares = True
 
     def __post_init__(self):
-        self.check_common()
-        validation.check_optimizer("PGPE", "optimizer", self.optimizer)
         self._set("sigma_learning_rate", validation.check_float(
             "PGPE", "sigma_learning_rate", self.sigma_learning_rate, minimum=0.0, example="0.1"))
+        self.check_common()
+        validation.check_optimizer("PGPE", "optimizer", self.optimizer)
         self._set("sigma_max_change", validation.check_float(
             "PGPE", "sigma_max_change", self.sigma_max_change, positive=True, maximum=1.0, example="0.2"))
         validation.check_shaping("PGPE", self.fitness_shaping)
+
+    @property
+    def uses_squares(self) -> bool:
+        """Whether sigma is adapted (it needs ``Sums.square``); ``sigma_learning_rate=0`` keeps it fixed."""
+        return self.sigma_learning_rate > 0
+
+    def low_rank_fix(self) -> str:
+        return "Pass sigma_learning_rate=0 to keep sigma fixed (low-rank noise then perturbs the mean only)."
 
     def check_run(self, dim: int) -> None:
         validation.check_shaping_output("PGPE", self.fitness_shaping, self.popsize)
@@ -89,22 +99,27 @@ class PGPE(Strategy):
         return PGPEState(sigma=jnp.full(flat.shape, self.sigma, jnp.float32), opt_state=self.optimizer.init(params))
 
     def scale(self, strategy_state: PGPEState, generation: jax.Array) -> jax.Array:
+        if not self.uses_squares:  # sigma never changes: one scale for every coordinate
+            return jnp.asarray(self.sigma, jnp.float32)
         return strategy_state.sigma
 
     def coefficients(self, strategy_state: PGPEState, fitness: jax.Array) -> Coefficients:
         weights, _ = shaping.shape_fitness(fitness, self.fitness_shaping, self.maximize)
+        if not self.uses_squares:
+            return Coefficients(linear=weights)
         return Coefficients(linear=weights, square=(weights - jnp.mean(weights)) / 2)
 
     def update(self, state: State, coefficients: Coefficients, sums: Sums):
         flat, unravel = ravel_pytree(state.params)
         sigma = state.strategy_state.sigma
         grad_mean = sigma * sums.linear / self.popsize
-        grad_sigma = sigma * (sums.square - jnp.sum(coefficients.square)) / (self.popsize // 2)
         updates, opt_state = self.optimizer.update(
             unravel((-grad_mean).astype(flat.dtype)), state.strategy_state.opt_state, state.params
         )
         params = optax.apply_updates(state.params, updates)
-        limit = self.sigma_max_change * sigma
-        sigma = jnp.clip(sigma + self.sigma_learning_rate * grad_sigma, sigma - limit, sigma + limit)
+        if self.uses_squares:
+            grad_sigma = sigma * (sums.square - jnp.sum(coefficients.square)) / (self.popsize // 2)
+            limit = self.sigma_max_change * sigma
+            sigma = jnp.clip(sigma + self.sigma_learning_rate * grad_sigma, sigma - limit, sigma + limit)
         metrics = {"grad_norm": jnp.linalg.norm(grad_mean), "update_norm": optax.tree.norm(updates)}
         return params, PGPEState(sigma, opt_state), metrics

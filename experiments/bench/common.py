@@ -79,3 +79,14 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def write_results(out: str, rows: list[dict], text: str) -> None:
+    """Print ``text`` (a markdown table) and write ``out`` (JSON: the machine and ``rows``) and ``out``'s ``.md``."""
+    print()
+    print(text)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"machine": machine_description(), "rows": rows}, f, indent=1)
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write(text + "\n")

@@ -26,7 +26,7 @@ import argparse
 import json
 import os
 
-from experiments.bench.common import machine_description, markdown_table, median, run_child, timed
+from experiments.bench.common import machine_description, markdown_table, median, run_child, timed, write_results
 
 
 def child(num_devices: int, dims: list[int], popsizes: list[int], rounds: int, work: float) -> dict:
@@ -105,13 +105,7 @@ def main() -> None:
           f"{r['fitness_s_per_gen'] / r['gradient_s_per_gen']:.2f}", f"{r['fitness_bytes']:,}", f"{r['gradient_bytes']:,}",
           "fitness" if r["fitness_s_per_gen"] < r["gradient_s_per_gen"] else "gradient"] for r in rows],
     )
-    print()
-    print(table)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"machine": machine_description(), "rows": rows}, f, indent=1)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(table + "\n")
+    write_results(args.out, rows, table)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python -m experiments.bench.memory                     # every row of ROWS, 1e6 params, popsize 256 / 1,024 / 4,096
     python -m experiments.bench.memory --rows OpenES SNES --popsizes 256 1024 --params 100000
+    python -m experiments.bench.memory --rows OpenES+LowRank   # rank-1 noise on one sqrt(params)^2 matrix
 
 The engine rebuilds perturbations in bounded batches, so peak RSS should not
 grow with popsize (target: under 3 GiB at 1e6 params for all three sizes,
@@ -32,6 +33,7 @@ ROWS: dict[str, Callable[[int], es.Strategy]] = {
     "PGPE": lambda popsize: es.PGPE(popsize=popsize, sigma=SIGMA),
     "ARS": lambda popsize: es.ARS(popsize=popsize, sigma=SIGMA),
     "SepCMAES": lambda popsize: es.SepCMAES(popsize=popsize, sigma=SIGMA),
+    "OpenES+LowRank": lambda popsize: es.OpenES(popsize=popsize, sigma=SIGMA, noise=es.LowRankNoise()),
 }
 """The measured configurations: name -> ``popsize -> strategy`` (each with its defaults but ``sigma``)."""
 
@@ -45,7 +47,11 @@ def child(row: str, popsize: int, num_params: int, generations: int) -> dict:
 
     baseline = peak_rss_bytes()
     strategy = ROWS[row](popsize)
-    state = strategy.init(jax.random.key(0), jnp.ones(num_params))
+    params = jnp.ones(num_params)
+    if isinstance(strategy.noise, es.LowRankNoise):  # a square matrix, perturbed by low-rank products
+        side = round(num_params**0.5)
+        params = jnp.ones((side, side))
+    state = strategy.init(jax.random.key(0), params)
     start = time.perf_counter()
     state, metrics = es.evolve(strategy, sphere, state, generations)
     jax.block_until_ready(state)
@@ -53,7 +59,7 @@ def child(row: str, popsize: int, num_params: int, generations: int) -> dict:
     return {
         "row": row,
         "popsize": popsize,
-        "params": num_params,
+        "params": int(params.size),
         "generations": generations,
         "seconds_incl_compile": seconds,
         "rss_before_bytes": baseline,

@@ -313,7 +313,7 @@ def reconstruction_child(dims: list[int]) -> None:
 
     key = jax.random.key(0)
     table_build = jax.jit(es.NoiseTable(size=TABLE_SIZE).prepare, static_argnums=0)
-    table_build_s = best_of(lambda: table_build(1).block_until_ready(), repeats=3)
+    table_build_s = best_of(lambda: table_build(es.Layout(((1,),))).block_until_ready(), repeats=3)
     rows = []
     popsize = RECONSTRUCTION_POPSIZE
     for dim in dims:
@@ -324,11 +324,11 @@ def reconstruction_child(dims: list[int]) -> None:
         vectors = popsize // 2
         row = {"params": dim, "noise_vectors": vectors}
         for name, noise in (("es PRNG", es.GaussianNoise()), ("es table", es.NoiseTable(size=TABLE_SIZE))):
-            aux = jax.block_until_ready(jax.jit(noise.prepare, static_argnums=0)(dim))
+            aux = jax.block_until_ready(jax.jit(noise.prepare, static_argnums=0)(es.Layout(((dim,),))))
             batch = es.batching.default_update_batch_size(dim)
 
             def rebuild(aux, w, noise=noise, batch=batch, dim=dim):
-                generation = population.Generation(noise, aux, gen_key, jnp.zeros(dim), None, 1.0, True)
+                generation = population.Generation(noise, aux, gen_key, jnp.zeros(dim), 1.0, True)
                 return engine.rebuild_sums(generation, es.Coefficients(w), members, batch).linear
 
             rebuild = jax.jit(rebuild)
