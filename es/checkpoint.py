@@ -21,7 +21,6 @@ Restoring checks all of it; anything that does not match is refused with a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pathlib
 import shutil

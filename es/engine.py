@@ -37,7 +37,6 @@ from es import noise as noise_lib
 from es import population, validation
 from es.layout import Layout
 from es.batching import (
-    default_eval_batch_size,
     default_update_batch_size,
     index_range,
     map_chunks,

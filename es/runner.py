@@ -42,7 +42,6 @@ import time
 import warnings
 from typing import Any, Callable, NamedTuple, Sequence
 
-import jax
 import numpy as np
 from jax.sharding import Mesh
 

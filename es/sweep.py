@@ -56,6 +56,7 @@ from es.engine import (
     Execution, Metrics, check_evolve_args, check_state, evaluate_local, generation_step, shard_replicated,
     this_generation,
 )
+from es.layout import Layout
 from es.fitness import FitnessRef, GivenFitness, HostFitness, adapter
 from es.strategy import State, Strategy
 
@@ -167,8 +168,8 @@ def run_many_generations(template, fitness, mesh, execution, num_generations, in
     Returns the stacked states and metrics of shape ``[generations, runs]``.
     """
     values, states = inputs
-    dim = sum(int(np.prod(x.shape[1:])) for x in jax.tree.leaves(states.params))
-    noise_aux = template.noise.prepare(dim)  # shared: the runs have the same noise source
+    layout = Layout.of(jax.tree.map(lambda x: x[0], states.params))  # one run's params
+    noise_aux = template.noise.prepare(layout)  # shared: the runs have the same noise source
     step = functools.partial(sweep_step, template, fitness, mesh, execution, noise_aux, values)
     return jax.lax.scan(lambda s, _: step(s), states, length=num_generations)
 

@@ -2,7 +2,6 @@
 micro-batches, clear errors for runs that cannot share a program, per-run directories that resume."""
 
 import logging
-import pathlib
 import shutil
 
 import chex
