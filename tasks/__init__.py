@@ -19,7 +19,7 @@ from tasks.defaults import default_strategy
 from tasks.envs import EnvFitnessState, EnvTask, Rollouts
 from tasks.functions import FunctionTask
 from tasks.obs_norm import ObsStats
-from tasks.policies import BoxHead, CNNPolicy, DiscreteHead, MLPPolicy
+from tasks.policies import BoxHead, CNNPolicy, DiscreteHead, GaussianHead, MLPPolicy
 
 __all__ = [
     "BBOBTask",
@@ -29,6 +29,7 @@ __all__ = [
     "EnvFitnessState",
     "EnvTask",
     "FunctionTask",
+    "GaussianHead",
     "MLPPolicy",
     "ObsStats",
     "Rollouts",
