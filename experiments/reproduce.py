@@ -32,10 +32,37 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = ROOT / "experiments" / "configs"
 RESULTS_DIR = ROOT / "experiments" / "results"
+STRATEGY_RESULTS_DIR = RESULTS_DIR / "strategies"  # --strategy runs, for the comparison table
 DOCS = ROOT / "docs"
 
-# Returns of the gymnax-blines ES checkpoints (github.com/RobertTLange/gymnax-blines).
-REFERENCES = {"CartPole-v1": 500.0, "Pendulum-v1": -130.0, "MountainCarContinuous-v0": 92.0}
+# The reference each env's verdict compares with: the best published ES return we know of.
+# Classic control: the gymnax-blines ES checkpoints (github.com/RobertTLange/gymnax-blines).
+# MinAtar: NeuroEvoBench (Lange et al. 2023, "NeuroEvoBench: benchmarking evolutionary optimizers for
+# deep learning applications", NeurIPS Datasets and Benchmarks), tuned, 5 seeds.
+REFERENCES = {"CartPole-v1": 500.0, "Pendulum-v1": -130.0, "MountainCarContinuous-v0": 92.0,
+              "Breakout-MinAtar": 14.9, "Asterix-MinAtar": 13.6}
+REFERENCE_SOURCES = {"CartPole-v1": "gymnax-blines ES", "Pendulum-v1": "gymnax-blines ES",
+                     "MountainCarContinuous-v0": "gymnax-blines ES", "Breakout-MinAtar": "NeuroEvoBench SNES",
+                     "Asterix-MinAtar": "NeuroEvoBench SNES"}
+# Every published return shown beside ours: env -> [(source, method, return, protocol)].
+NEUROEVOBENCH = "NeuroEvoBench (tuned, 5 seeds)"
+NEUROEVOBENCH_PROTOCOL = "1,500 generations x popsize 256 x 8 episodes, CNN, argmax actions, episodes capped at 500 steps"
+PUBLISHED = {
+    "Breakout-MinAtar": [
+        (NEUROEVOBENCH, "SNES", 14.9, NEUROEVOBENCH_PROTOCOL),
+        (NEUROEVOBENCH, "sep-CMA-ES", 14.0, NEUROEVOBENCH_PROTOCOL),
+        (NEUROEVOBENCH, "LES", 12.3, NEUROEVOBENCH_PROTOCOL),
+        (NEUROEVOBENCH, "SimpleGA", 7.9, NEUROEVOBENCH_PROTOCOL),
+        (NEUROEVOBENCH, "OpenAI-ES", 4.0, NEUROEVOBENCH_PROTOCOL + " (quoted as about 4)"),
+        ("gymnax-blines", "SimpleGA", 6.5, "2e9 env steps"),
+        ("gymnax README", "PPO", 28.0, "gradient-based RL, for scale"),
+    ],
+    "Asterix-MinAtar": [
+        (NEUROEVOBENCH, "SNES", 13.6, NEUROEVOBENCH_PROTOCOL),
+        (NEUROEVOBENCH, "OpenAI-ES", 3.3, NEUROEVOBENCH_PROTOCOL),
+        ("gymnax README", "PPO", 15.0, "gradient-based RL, for scale"),
+    ],
+}
 
 CURVE_EPISODES = 16  # episodes per point of the learning curve
 # gymnax-blines' statistic (train/es.py there): the mean evaluated on 164 test episodes every few
@@ -48,16 +75,21 @@ FINAL_EVAL_INDEX = 2**30  # the final evaluation's key: fold_in(eval key, FINAL_
 # -------------------------------------------------------------------------- configs
 
 
-def load_config(path, generations: int | None = None) -> tuple[dict, Any]:
+def load_config(path, generations: int | None = None, strategy: str | None = None) -> tuple[dict, Any]:
     """``(resolved config, Experiment(task, strategy))`` of ``path``, read as ``python -m experiments.train`` reads it.
 
-    ``generations`` overrides ``run.generations``. Raises ``ConfigError``.
+    ``generations`` overrides ``run.generations``; ``strategy`` replaces the strategy section by that
+    strategy at its own defaults with the config's popsize (``--set 'strategy={name: SNES, popsize: P}'``).
+    Raises ``ConfigError``.
     """
     from experiments import config as config_lib
 
     config = config_lib.resolve(config_lib.load(path))
-    if generations is not None:
-        config = config_lib.resolve(config_lib.apply_overrides(config, [f"run.generations={generations}"]))
+    overrides = [] if generations is None else [f"run.generations={generations}"]
+    if strategy is not None:
+        overrides.append(f"strategy={{name: {strategy}, popsize: {config['strategy']['popsize']}}}")
+    if overrides:
+        config = config_lib.resolve(config_lib.apply_overrides(config, overrides))
     return config, config_lib.build(config)
 
 
@@ -160,13 +192,46 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
 # -------------------------------------------------------------------------- report
 
 
-def _load_runs() -> dict[str, list[dict]]:
+def _load_runs(directory: Path = RESULTS_DIR) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
-    for path in sorted(glob.glob(str(RESULTS_DIR / "*.json"))):
+    for path in sorted(glob.glob(str(directory / "*.json"))):
         with open(path) as f:
             run = json.load(f)
         runs.setdefault(run["env"], []).append(run)
     return runs
+
+
+def comparison_table(strategy_runs: dict[str, list[dict]], runs: dict[str, list[dict]]) -> str:
+    """Per env (rows) and strategy (columns): the final return's mean ± std over seeds; the best in bold.
+
+    ``strategy_runs`` are ``--strategy`` runs (``experiments/results/strategies/``): each strategy at
+    its own defaults with the env config's popsize, episodes and generations. A strategy without such
+    runs shows the config's own runs (``runs``) when the config uses it.
+    """
+    from experiments.bench.common import markdown_table
+
+    import es
+
+    names = list(es.STRATEGIES)
+    rows = []
+    for env in sorted(strategy_runs, key=_env_order):
+        by_strategy: dict[str, list[float]] = {}
+        for run in strategy_runs[env]:
+            by_strategy.setdefault(_strategy_name(run), []).append(run["final_return_mean"])
+        for run in runs.get(env, []):
+            if _strategy_name(run) not in {_strategy_name(r) for r in strategy_runs[env]}:
+                by_strategy.setdefault(_strategy_name(run), []).append(run["final_return_mean"])
+        means = {name: float(np.mean(v)) for name, v in by_strategy.items()}
+        best = max(means, key=means.get)
+        cells = []
+        for name in names:
+            if name not in by_strategy:
+                cells.append("—")
+                continue
+            text = f"{_fmt(means[name])} ± {_fmt(float(np.std(by_strategy[name])))}"
+            cells.append(f"**{text}**" if name == best else text)
+        rows.append([f"`{env}`", *cells, f"{best} (seeds: {len(by_strategy[best])})"])
+    return markdown_table(["environment", *names, "best"], rows)
 
 
 def plot(env: str, runs: list[dict], path: Path) -> None:
@@ -184,7 +249,7 @@ def plot(env: str, runs: list[dict], path: Path) -> None:
         axes[1].plot(steps, returns, label=f"seed {run['seed']}")
     for ax, xlabel in zip(axes, ("generation", "environment steps (millions)")):
         if env in REFERENCES:
-            ax.axhline(REFERENCES[env], color="k", ls="--", lw=1, label="gymnax-blines ES")
+            ax.axhline(REFERENCES[env], color="k", ls="--", lw=1, label=REFERENCE_SOURCES[env])
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"return of the mean policy ({CURVE_EPISODES} episodes)")
         ax.grid(alpha=0.3)
@@ -195,6 +260,11 @@ def plot(env: str, runs: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _strategy_name(run: dict) -> str:
+    """The strategy of a saved run (runs saved before strategies were named in configs are OpenES)."""
+    return run["config"]["strategy"].get("name", "OpenES")
 
 
 def _fmt(x: float) -> str:
@@ -208,11 +278,18 @@ def _matches(value: float, reference: float | None) -> str:
     return "yes" if value >= reference - 1e-5 * max(1.0, abs(reference)) else "no"
 
 
-def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | None) -> str:
+ENV_ORDER = ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0", "Breakout-MinAtar", "Asterix-MinAtar"]
+
+
+def _env_order(env: str) -> tuple[int, str]:
+    return (ENV_ORDER.index(env), "") if env in ENV_ORDER else (len(ENV_ORDER), env)
+
+
+def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | None,
+                 strategy_runs: dict[str, list[dict]] | None = None) -> str:
     from experiments.bench.common import markdown_table
 
-    order = ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0", "Breakout-MinAtar"]
-    envs = [e for e in order if e in runs] + sorted(e for e in runs if e not in order)
+    envs = sorted(runs, key=_env_order)
     rows = []
     for env in envs:
         rs = sorted(runs[env], key=lambda r: r["seed"])
@@ -222,8 +299,9 @@ def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | No
         verdict, best_verdict = (_matches(returns.mean(), ref) for returns in (finals, bests))
         rows.append([
             f"`{env}`",
+            _strategy_name(rs[0]),
             f"**{_fmt(finals.mean())} ± {_fmt(finals.std())}**",
-            "—" if ref is None else _fmt(ref),
+            "—" if ref is None else f"{_fmt(ref)} ({REFERENCE_SOURCES[env]})",
             verdict,
             ", ".join(_fmt(f) for f in finals),
             f"{_fmt(bests.mean())} ± {_fmt(bests.std())}",
@@ -235,10 +313,15 @@ def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | No
         ])
         plot(env, rs, DOCS / "img" / f"{env}.png")
     table = markdown_table(
-        ["environment", "return (mean ± std over seeds)", "gymnax-blines ES", "matched", "per seed",
-         f"best of per-segment {REFERENCE_TEST_EPISODES}-episode evaluations", "matched (that statistic)",
-         "generations", "popsize", "env steps / seed", "wall time / seed"],
+        ["environment", "strategy", "return (mean ± std over seeds)", "reference (best published ES)", "matched",
+         "per seed", f"best of per-segment {REFERENCE_TEST_EPISODES}-episode evaluations",
+         "matched (that statistic)", "generations", "popsize", "env steps / seed", "wall time per seed"],
         rows,
+    )
+    published = markdown_table(
+        ["environment", "source", "method", "return", "protocol"],
+        [[f"`{env}`", source, method, _fmt(value), protocol]
+         for env in envs for source, method, value, protocol in PUBLISHED.get(env, [])],
     )
     seeds = sorted({r["seed"] for rs in runs.values() for r in rs})
     eval_episodes = "/".join(str(n) for n in sorted({r["eval_episodes"] for rs in runs.values() for r in rs}))
@@ -258,17 +341,33 @@ def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | No
         "divided by the number of seeds.",
         f"- **Device**: {device}. The machine's 2 cores may have been shared with other jobs while these ran, so "
         "wall times are noisy upper bounds.",
-        "- **Reference**: the returns of the gymnax-blines ES checkpoints "
+        "- **Reference**: classic control, the returns of the gymnax-blines ES checkpoints "
         "(github.com/RobertTLange/gymnax-blines, `agents/<env>/es.pkl`). Its training script reports the "
         f"best of several evaluations of the mean on {REFERENCE_TEST_EPISODES} test episodes (one every 5 "
         "generations), a maximum over noisy estimates and so an optimistic one; the column \"best of "
         f"per-segment {REFERENCE_TEST_EPISODES}-episode evaluations\" computes that statistic for our runs "
         "(one evaluation after every segment, on held-out episodes), for a like-for-like comparison. The "
-        "\"return\" column, one evaluation of the final mean, is the stricter number and the one we quote.",
+        "\"return\" column, one evaluation of the final mean, is the stricter number and the one we quote. "
+        "MinAtar: the best ES return in NeuroEvoBench (Lange et al. 2023); every published number we compare "
+        "with is in the second table (the values as cited in the project's issue 12, not re-read from the paper).",
         "",
         table,
         "",
+        "Published returns beside ours:",
+        "",
+        published,
+        "",
     ]
+    if strategy_runs:
+        parts += [
+            "Strategies compared (`python -m experiments.reproduce CONFIG --strategy NAME`): each strategy at "
+            "its own defaults (its dataclass's) with the config's popsize, task options and generations, and "
+            "the same evaluation; the config's own strategy shows the table's runs above. Mean ± std over "
+            "seeds of the final return; the best in bold.",
+            "",
+            comparison_table(strategy_runs, runs),
+            "",
+        ]
     for env in envs:
         parts += [f"![{env}](img/{env}.png)", ""]
     if notes_path is not None and notes_path.exists():
@@ -287,6 +386,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generations", type=int, default=None, help="override run.generations (quick checks)")
     parser.add_argument("--report-only", action="store_true", help="rebuild docs/results.md from saved runs")
     parser.add_argument("--no-save", action="store_true", help="do not save runs or write the report")
+    parser.add_argument("--strategy", default=None, help="compare strategies: run the configs with this strategy "
+                        "(a name in es.STRATEGIES) at its own defaults and the config's popsize, saved under "
+                        "experiments/results/strategies/ for the comparison table")
     args = parser.parse_args(argv)
 
     from experiments.bench.common import machine_description
@@ -297,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
         configs = args.configs or sorted(glob.glob(str(CONFIG_DIR / "*.yaml")))
         for path in configs:
             try:
-                config, (task, strategy) = load_config(path, args.generations)
+                config, (task, strategy) = load_config(path, args.generations, args.strategy)
             except ConfigError as error:
                 parser.error(f"{path}: {error}")
             if not isinstance(task, EnvTask):
@@ -310,15 +412,19 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  seed {seed}: final return {result['final_return_mean']:.2f} "
                       f"± {result['final_return_std']:.2f} over {args.eval_episodes} episodes", flush=True)
                 if not args.no_save:
-                    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+                    directory = RESULTS_DIR if args.strategy is None else STRATEGY_RESULTS_DIR
+                    directory.mkdir(parents=True, exist_ok=True)
                     name = f"{result['env']}_seed{seed}.json"
-                    with open(RESULTS_DIR / name, "w") as f:
+                    if args.strategy is not None:
+                        name = f"{result['env']}_{args.strategy}_seed{seed}.json"
+                    with open(directory / name, "w") as f:
                         json.dump(result, f, indent=1)
     if args.no_save:
         return
     runs = _load_runs()
     devices = sorted({r.get("device", "?") for rs in runs.values() for r in rs})
-    report = write_report(runs, "; ".join(devices), ROOT / "experiments" / "results_notes.md")
+    report = write_report(runs, "; ".join(devices), ROOT / "experiments" / "results_notes.md",
+                          _load_runs(STRATEGY_RESULTS_DIR))
     (DOCS / "results.md").write_text(report)
     print(f"wrote {DOCS / 'results.md'}")
 

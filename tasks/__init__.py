@@ -21,7 +21,7 @@ from tasks.envs import EnvFitnessState, EnvTask, Rollouts
 from tasks.functions import FunctionTask
 from tasks.gym import GymTask
 from tasks.obs_norm import ObsStats
-from tasks.policies import BoxHead, CNNPolicy, DiscreteHead, MLPPolicy
+from tasks.policies import BoxHead, CNNPolicy, DiscreteHead, GaussianHead, MLPPolicy
 
 __all__ = [
     "BBOBTask",
@@ -31,6 +31,7 @@ __all__ = [
     "EnvFitnessState",
     "EnvTask",
     "FunctionTask",
+    "GaussianHead",
     "GymTask",
     "MLPPolicy",
     "ObsStats",

@@ -35,13 +35,31 @@ import numpy as np
 
 import es
 from tasks import obs_norm as obsnorm
-from tasks.policies import ACTIVATIONS, DISCRETE_SELECTIONS, BoxHead, CNNPolicy, DiscreteHead, MLPPolicy, Policy
+from tasks.policies import (
+    ACTIVATIONS,
+    BOX_SELECTIONS,
+    DISCRETE_SELECTIONS,
+    BoxHead,
+    CNNPolicy,
+    DiscreteHead,
+    GaussianHead,
+    MLPPolicy,
+    Policy,
+)
 from tasks.registry import register_family
 
 PyTree = Any
 POLICIES = ("mlp", "cnn")
 DEFAULT_HIDDEN_SIZES = {"mlp": (64, 64), "cnn": (64,)}
 DEFAULT_ACTIVATION = {"mlp": "relu", "cnn": "relu"}
+# action_selection=None: the head per (action space, image observations). Sampled actions on images
+# (MinAtar): its games are nearly deterministic, so argmax members near a plateau tie (docs/tasks.md).
+DEFAULT_SELECTION = {
+    ("Discrete", False): "argmax",
+    ("Discrete", True): "categorical",
+    ("Box", False): "tanh",
+    ("Box", True): "tanh",
+}
 
 
 class Rollouts(NamedTuple):
@@ -344,17 +362,36 @@ def check_positive_int(env_id: str, option: str, value, allow_none: bool = False
     return int(value)
 
 
-def _head(env_id: str, space, action_selection: str):
+def _head(env_id: str, space, action_selection: str | None, images: bool):
+    """The policy head for the action ``space``; ``action_selection=None`` picks the space's default.
+
+    Defaults: ``"argmax"`` for ``Discrete`` actions (``"categorical"`` when the
+    observations are images, as in MinAtar: see ``DEFAULT_SELECTION``) and
+    ``"tanh"`` for ``Box`` actions.
+    """
     import gymnax.environments.spaces as spaces
 
     if isinstance(space, spaces.Discrete):
+        choices, kind = DISCRETE_SELECTIONS, "Discrete"
+    elif isinstance(space, spaces.Box):
+        choices, kind = BOX_SELECTIONS, "Box"
+    else:
+        raise TypeError(f"{env_id}: action space {space!r} is not supported (Discrete or Box only).")
+    if action_selection is None:
+        action_selection = DEFAULT_SELECTION[kind, images]
+    elif action_selection not in choices:
+        all_choices = [*DISCRETE_SELECTIONS, *BOX_SELECTIONS]
+        check_choice(env_id, "action_selection", action_selection, all_choices)  # not a selection at all
+        raise ValueError(
+            f"tasks.make({env_id!r}, action_selection={action_selection!r}): {env_id} has {kind} actions; "
+            f"use one of {list(choices)} (or None for {DEFAULT_SELECTION[kind, images]!r})."
+        )
+    if kind == "Discrete":
         return DiscreteHead(int(space.n), action_selection)
-    if isinstance(space, spaces.Box):
-        shape = tuple(int(s) for s in space.shape)
-        low = np.broadcast_to(np.asarray(space.low, np.float32), shape).reshape(-1)
-        high = np.broadcast_to(np.asarray(space.high, np.float32), shape).reshape(-1)
-        return BoxHead(shape, tuple(float(v) for v in low), tuple(float(v) for v in high))
-    raise TypeError(f"{env_id}: action space {space!r} is not supported (Discrete or Box only).")
+    shape = tuple(int(s) for s in space.shape)
+    low = tuple(float(v) for v in np.broadcast_to(np.asarray(space.low, np.float32), shape).reshape(-1))
+    high = tuple(float(v) for v in np.broadcast_to(np.asarray(space.high, np.float32), shape).reshape(-1))
+    return GaussianHead(shape, low, high) if action_selection == "gaussian" else BoxHead(shape, low, high)
 
 
 def _observation(env_id: str, env, env_params) -> tuple[tuple[int, ...], int]:
@@ -379,7 +416,7 @@ def env_factory(env_id: str):
         policy: str = "mlp",
         hidden_sizes: tuple[int, ...] | None = None,
         activation: str | None = None,
-        action_selection: str = "argmax",
+        action_selection: str | None = None,
         obs_norm: bool | None = None,
         conv_channels: int = 16,
         output_scale: float = 0.01,
@@ -402,7 +439,6 @@ def env_factory(env_id: str):
         hidden_sizes = tuple(int(h) for h in hidden_sizes)
         activation = DEFAULT_ACTIVATION[policy] if activation is None else activation
         activation = check_choice(env_id, "activation", activation, sorted(ACTIVATIONS))
-        action_selection = check_choice(env_id, "action_selection", action_selection, DISCRETE_SELECTIONS)
         if obs_norm is not None and not isinstance(obs_norm, bool):
             raise TypeError(
                 f"tasks.make({env_id!r}, obs_norm={obs_norm!r}): obs_norm must be True, False or None (auto)."
@@ -419,9 +455,10 @@ def env_factory(env_id: str):
         if max_steps is None:
             max_steps = int(gymnax_params.max_steps_in_episode)
         obs_shape, categories = _observation(env_id, env, gymnax_params)
-        head = _head(env_id, env.action_space(gymnax_params), action_selection)
-        if obs_norm is None:  # auto: vector observations (as Salimans et al. for MuJoCo), not images
-            obs_norm = categories == 0 and len(obs_shape) == 1
+        images = categories == 0 and len(obs_shape) in (2, 3)
+        head = _head(env_id, env.action_space(gymnax_params), action_selection, images)
+        if obs_norm is None:  # auto: array observations (Salimans et al.), not one-hot encoded categories
+            obs_norm = categories == 0
         if policy == "cnn":
             if len(obs_shape) not in (2, 3):
                 raise ValueError(

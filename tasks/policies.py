@@ -43,7 +43,8 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "identity": lambda x: x,
 }
 
-DISCRETE_SELECTIONS = ("argmax", "categorical")
+DISCRETE_SELECTIONS = ("argmax", "categorical")  # action_selection for Discrete action spaces
+BOX_SELECTIONS = ("tanh", "gaussian")  # action_selection for Box action spaces
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +68,21 @@ class DiscreteHead:
         return jnp.argmax(out).astype(jnp.int32)
 
 
+def _squash(low: tuple[float, ...], high: tuple[float, ...], shape: tuple[int, ...], out: jax.Array) -> jax.Array:
+    """``low + (tanh(out) + 1) / 2 * (high - low)`` per element (``out`` itself where a bound is infinite)."""
+    low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+    finite = np.isfinite(low) & np.isfinite(high)
+    squashed = np.where(finite, low, 0.0) + 0.5 * (jnp.tanh(out) + 1.0) * np.where(finite, high - low, 0.0)
+    return jnp.where(finite, squashed, out).reshape(shape)
+
+
 @dataclasses.dataclass(frozen=True)
 class BoxHead:
     """``prod(shape)`` outputs -> ``low + (tanh(out) + 1) / 2 * (high - low)``, shaped ``shape``.
 
     ``low`` and ``high`` are flat tuples of floats (one per action element);
-    elements with an infinite bound are passed through unsquashed.
+    elements with an infinite bound are passed through unsquashed. Deterministic
+    (``action_selection="tanh"``).
     """
 
     shape: tuple[int, ...]
@@ -85,13 +95,49 @@ class BoxHead:
 
     def act(self, out: jax.Array, key: jax.Array) -> jax.Array:
         del key
-        low, high = np.asarray(self.low, np.float32), np.asarray(self.high, np.float32)
-        finite = np.isfinite(low) & np.isfinite(high)
-        squashed = np.where(finite, low, 0.0) + 0.5 * (jnp.tanh(out) + 1.0) * np.where(finite, high - low, 0.0)
-        return jnp.where(finite, squashed, out).reshape(self.shape)
+        return _squash(self.low, self.high, self.shape, out)
 
 
-Head = DiscreteHead | BoxHead
+@dataclasses.dataclass(frozen=True)
+class GaussianHead:
+    """``2 * prod(shape)`` outputs ``(m, s)`` -> a sampled action in the box (``action_selection="gaussian"``).
+
+    A squashed Gaussian: with ``n = prod(shape)``, ``m = out[:n]``, ``s = out[n:]``
+    and ``eps ~ N(0, I_n)`` drawn from the step's action key::
+
+        u      = m + init_std * exp(clip(s, -10, 5)) * eps
+        action = low + (tanh(u) + 1) / 2 * (high - low)     (u itself where a bound is infinite)
+
+    so every action lies in ``[low, high]``, and the policy controls its own
+    exploration: the standard deviation of ``u`` is ``init_std`` where ``s = 0``
+    (as at initialisation, the output layer being scaled down) and shrinks or
+    grows with ``s``. The return of a sampled policy is an expectation over
+    actions, smooth in the parameters even where a deterministic policy's is
+    flat (Salimans et al. 2017 add action noise for the same reason).
+
+    Attributes:
+      shape, low, high: as ``BoxHead``.
+      init_std: the standard deviation of ``u`` where the log-scale output is 0 (> 0).
+    """
+
+    shape: tuple[int, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    init_std: float = 0.5
+
+    @property
+    def size(self) -> int:
+        return 2 * math.prod(self.shape)
+
+    def act(self, out: jax.Array, key: jax.Array) -> jax.Array:
+        n = math.prod(self.shape)
+        mean, log_scale = out[:n], out[n:]
+        std = self.init_std * jnp.exp(jnp.clip(log_scale, -10.0, 5.0))
+        u = mean + std * jax.random.normal(key, (n,), out.dtype)
+        return _squash(self.low, self.high, self.shape, u)
+
+
+Head = DiscreteHead | BoxHead | GaussianHead
 
 
 def _dense_init(key: jax.Array, n_in: int, n_out: int, scale: float = 1.0) -> dict:
@@ -127,7 +173,7 @@ class MLPPolicy:
 
     Attributes:
       obs_size: number of observation features (after flattening).
-      head: a ``DiscreteHead`` or ``BoxHead``.
+      head: a ``DiscreteHead``, ``BoxHead`` or ``GaussianHead``.
       hidden_sizes: widths of the hidden layers (``()`` gives a linear policy).
       activation: a key of ``ACTIVATIONS``.
       output_scale: scale of the output layer's initial weights.

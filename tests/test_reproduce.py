@@ -45,3 +45,25 @@ def test_reproduce_reports_config_errors_with_the_key(tmp_path, capsys):
         reproduce.main([str(path), "--no-save"])
     assert exit.value.code == 2
     assert "strategy.sigma must be a number" in capsys.readouterr().err
+
+
+def test_strategy_option_swaps_in_that_strategy_at_its_defaults_with_the_config_popsize(tmp_path):
+    import es
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(CONFIG)
+    config, (task, strategy) = reproduce.load_config(path, generations=2, strategy="SNES")
+    assert strategy == es.SNES(popsize=8) and config["strategy"]["name"] == "SNES"
+    assert config["task"]["options"]["max_steps"] == 8 and config["run"]["generations"] == 2
+
+
+def test_comparison_table_bolds_the_best_strategy_and_falls_back_to_the_config_runs():
+    def run(env, name, value):
+        return {"env": env, "final_return_mean": value, "config": {"strategy": {"name": name}}}
+
+    strategy_runs = {"Pendulum-v1": [run("Pendulum-v1", "SNES", -150.0), run("Pendulum-v1", "SNES", -170.0),
+                                     run("Pendulum-v1", "PGPE", -140.0)]}
+    runs = {"Pendulum-v1": [run("Pendulum-v1", "OpenES", -147.0)]}
+    row = reproduce.comparison_table(strategy_runs, runs).splitlines()[-1]
+    assert row.startswith("| `Pendulum-v1` | -147.0 ± 0.0 | -160.0 ± 10.0 | **-140.0 ± 0.0** |")
+    assert row.endswith("| PGPE (seeds: 1) |")

@@ -14,7 +14,7 @@ import pytest
 import es
 import tasks
 from tasks import envs, obs_norm
-from tasks.policies import BoxHead, DiscreteHead
+from tasks.policies import BoxHead, DiscreteHead, GaussianHead
 
 
 # One compiled rollout per (hashable, static) task config, shared by the tests below.
@@ -69,8 +69,8 @@ def test_every_registered_gymnax_env_id_is_a_task_with_a_scalar_fitness(monkeypa
             state = fitness.init() if isinstance(fitness, es.StatefulFitness) else None
             out = jax.eval_shape(lambda p, k: task.mean_return(p, k, state), params, jax.random.key(1))
             assert out.shape == () and out.dtype == jnp.float32, env_id
-            # Normalised by default exactly when observations are vectors (not images, not one-hot).
-            assert task.obs_norm == (task.obs_categories == 0 and len(task.obs_shape) == 1), env_id
+            # Normalised by default exactly when observations are arrays (vectors or images, not one-hot).
+            assert task.obs_norm == (task.obs_categories == 0), env_id
     finally:
         envs.make_env.cache_clear()
 
@@ -300,3 +300,96 @@ def test_observation_statistics_are_the_one_small_extra_exchange(cartpole_runs):
     assert results == sorted([f"f32[{popsize}]"] * 3 + [f"f32[{popsize},{obs_size}]"] * 2)
     assert {c.op for c in report.crossing} == {"all-gather"}
     assert report.total_bytes == 4 * popsize * (3 + 2 * obs_size)
+
+
+# ------------------------------------------------------------- sampled heads
+
+
+BREAKOUT = tasks.make("Breakout-MinAtar", hidden_sizes=(), num_episodes=4, max_steps=50)
+PENDULUM_GAUSSIAN = tasks.make("Pendulum-v1", action_selection="gaussian", hidden_sizes=(8,), obs_norm=False,
+                               num_episodes=4, max_steps=20)
+
+
+def test_minatar_images_default_to_categorical_actions_and_vectors_to_argmax_or_tanh():
+    assert BREAKOUT.policy.head == DiscreteHead(3, "categorical")
+    assert tasks.make("Breakout-MinAtar", action_selection="argmax").policy.head == DiscreteHead(3, "argmax")
+    assert tasks.make("CartPole-v1").policy.head == DiscreteHead(2, "argmax")
+    assert tasks.make("Pendulum-v1").policy.head == BoxHead((1,), (-2.0,), (2.0,))
+
+
+def test_gaussian_head_has_mean_and_log_scale_outputs_and_stays_in_the_box():
+    head = PENDULUM_GAUSSIAN.policy.head
+    assert head == GaussianHead((1,), (-2.0,), (2.0,)) and head.size == 2
+    params = PENDULUM_GAUSSIAN.init_params(jax.random.key(0))
+    assert params["out"]["w"].shape == (8, 2)
+    keys = jax.random.split(jax.random.key(1), 2000)
+    # Huge log-scale: every sample squashed into [-2, 2]; zero log-scale: std init_std before the squash.
+    wide = jax.vmap(head.act, in_axes=(None, 0))(jnp.array([0.0, 50.0]), keys)
+    assert wide.shape == (2000, 1) and np.all(np.abs(wide) <= 2.0) and np.abs(wide).max() > 1.99
+    u = np.arctanh(np.asarray(jax.vmap(head.act, in_axes=(None, 0))(jnp.array([0.3, 0.0]), keys))[:, 0] / 2.0)
+    np.testing.assert_allclose([u.mean(), u.std()], [0.3, head.init_std], atol=0.03)
+
+
+@pytest.mark.parametrize("task", [BREAKOUT, PENDULUM_GAUSSIAN], ids=["categorical", "gaussian"])
+def test_sampled_heads_are_deterministic_given_the_key_and_differ_across_keys_and_episodes(task):
+    """The fitness's key decides every sampled action: same key, same returns; new key or episode, new ones."""
+    params = task.init_params(jax.random.key(3))
+    if task is PENDULUM_GAUSSIAN:  # a wide Gaussian, so the sampled torques matter to the return
+        params = {**params, "out": {**params["out"], "b": jnp.array([0.0, 1.0])}}
+    stats = task.init_fitness_state().obs
+    a, b = (rollout(task, params, jax.random.key(k), stats) for k in (5, 5))
+    c = rollout(task, params, jax.random.key(6), stats)
+    np.testing.assert_array_equal(a.returns, b.returns)
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    assert not np.array_equal(a.returns, c.returns)
+    assert len(np.unique(np.asarray(a.returns))) > 1  # episodes of one evaluation draw their own actions
+    if task is BREAKOUT:  # with argmax actions only the two start states differ between episodes
+        greedy = dataclasses.replace(task, policy=dataclasses.replace(task.policy, head=DiscreteHead(3, "argmax")))
+        assert len(np.unique(np.asarray(rollout(greedy, params, jax.random.key(5), stats).returns))) <= 2
+
+
+def test_categorical_fitness_is_a_function_of_the_key_it_is_called_with():
+    """As es.evolve calls it, one key per member: equal params, different keys, different fitnesses."""
+    params = BREAKOUT.init_params(jax.random.key(0))
+    fitness_state = BREAKOUT.init_fitness_state()
+    fitness = jax.jit(jax.vmap(BREAKOUT.mean_return, in_axes=(None, 0, None)))
+    keys = jax.random.split(jax.random.key(1), 16)
+    values = np.asarray(fitness(params, keys, fitness_state))
+    assert len(np.unique(values)) > 1
+    np.testing.assert_array_equal(values, np.asarray(fitness(params, keys, fitness_state)))
+
+
+def test_action_selection_must_match_the_action_space():
+    with pytest.raises(ValueError, match=r"Pendulum-v1 has Box actions; use one of \['tanh', 'gaussian'\]"):
+        tasks.make("Pendulum-v1", action_selection="categorical")
+    with pytest.raises(ValueError, match=r"CartPole-v1 has Discrete actions; use one of \['argmax', 'categorical'\]"):
+        tasks.make("CartPole-v1", action_selection="gaussian")
+    with pytest.raises(ValueError, match="use one of .* for action_selection"):
+        tasks.make("CartPole-v1", action_selection="softmax")
+
+
+# ------------------------------------------------------------ MinAtar defaults
+
+
+MINATAR_IDS = sorted(e for e in gymnax.registered_envs if e.endswith("-MinAtar"))
+
+
+def test_default_strategy_is_one_snes_for_every_minatar_game_and_openes_elsewhere():
+    assert {"Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar"} <= set(MINATAR_IDS)
+    strategies = set()
+    for env_id in MINATAR_IDS:
+        task = tasks.make(env_id, max_steps=5)
+        assert task.obs_norm and task.policy.head.selection == "categorical", env_id
+        strategies.add(tasks.default_strategy(task))
+    assert strategies == {es.SNES(popsize=256, sigma=0.1)}  # no per-game tuning
+    assert isinstance(tasks.default_strategy(tasks.make("CartPole-v1")), es.OpenES)
+
+
+def test_default_minatar_strategy_runs_and_counts_the_steps_of_sampled_episodes():
+    task = tasks.make("Breakout-MinAtar", hidden_sizes=(8,), max_steps=20)
+    strategy = dataclasses.replace(tasks.default_strategy(task), popsize=16)
+    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(1)), fitness=task.fitness)
+    final, metrics = es.evolve(strategy, task.fitness, state, 2)
+    assert metrics["fitness_mean"].shape == (2,)
+    assert 0 < float(final.fitness_state.env_steps) <= 2 * 16 * 20
+    assert not np.array_equal(final.strategy_state.sigma, state.strategy_state.sigma)  # SNES adapted its scales
