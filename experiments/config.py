@@ -602,9 +602,10 @@ def _optimizer_from_json(where: str, text: str, generations: int, inject_hyperpa
             arg = _schedule(f"{where}.{key}", arg)
             _check_schedule_values(f"{where}.{key}", arg, generations, positive=False)
         kwargs[key] = arg
-    factory = optimizers.factory(value["name"])
     try:
-        return optax.inject_hyperparams(factory)(**kwargs) if inject_hyperparams else factory(**kwargs)
+        if inject_hyperparams:
+            return optax.inject_hyperparams(optimizers.factory(value["name"]))(**kwargs)
+        return optimizers.make(value["name"], **kwargs)  # shared: equal to the strategy's own default
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{where}: {value['name']}(...) failed: {error}") from None
 

@@ -15,6 +15,7 @@ import re
 import sys
 import types
 
+import cloudpickle
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -33,10 +34,19 @@ def page_id(page: pathlib.Path) -> str:
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=page_id)
 def test_python_snippets_run(page, monkeypatch):
     monkeypatch.chdir(ROOT)
-    # A real module, so dataclasses (and pickling) defined in a snippet can find it in sys.modules.
+    # A real module, so dataclasses (flax modules) defined in a snippet can find it in sys.modules; its
+    # functions are still pickled by value (es.HostFitness ships them to workers that cannot import it).
     module = types.ModuleType(f"docs_{page.stem}")
     monkeypatch.setitem(sys.modules, module.__name__, module)
+    cloudpickle.register_pickle_by_value(module)
     namespace = module.__dict__
+    try:
+        run_blocks(page, namespace)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+def run_blocks(page: pathlib.Path, namespace: dict) -> None:
     for number, code in enumerate(blocks(page, "python"), start=1):
         try:
             exec(compile(code, f"{page_id(page)}[python block {number}]", "exec"), namespace)
