@@ -17,8 +17,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m experiments.train experiments/configs/demo.yaml
 
+# One pytest process per test file: in one process for the whole suite, XLA's CPU compiler crashed
+# (SIGSEGV/SIGABRT inside backend_compile) in tests/test_strategies.py after the earlier files'
+# compilations, while every file passes alone. Every file runs even when one fails; the exit status says.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	@failed=""; for file in tests/test_*.py; do $(PY) -m pytest -q $$file || failed="$$failed $$file"; done; \
+	if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
 	$(PY) -m mkdocs build --strict --quiet
 
 docs: $(STAMP)
