@@ -84,6 +84,8 @@ class PGPE(Strategy):
     @property
     def uses_squares(self) -> bool:
         """Whether sigma is adapted (it needs ``Sums.square``); ``sigma_learning_rate=0`` keeps it fixed."""
+        if isinstance(self.sigma_learning_rate, jax.core.Tracer):  # swept by es.evolve_many: adapted, rate traced
+            return True
         return self.sigma_learning_rate > 0
 
     def low_rank_fix(self) -> str:
