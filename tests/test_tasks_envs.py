@@ -372,24 +372,3 @@ def test_action_selection_must_match_the_action_space():
 
 
 MINATAR_IDS = sorted(e for e in gymnax.registered_envs if e.endswith("-MinAtar"))
-
-
-def test_default_strategy_is_one_snes_for_every_minatar_game_and_openes_elsewhere():
-    assert {"Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar"} <= set(MINATAR_IDS)
-    strategies = set()
-    for env_id in MINATAR_IDS:
-        task = tasks.make(env_id, max_steps=5)
-        assert task.obs_norm and task.policy.head.selection == "categorical", env_id
-        strategies.add(tasks.default_strategy(task))
-    assert strategies == {es.SNES(popsize=256, sigma=0.1)}  # no per-game tuning
-    assert isinstance(tasks.default_strategy(tasks.make("CartPole-v1")), es.OpenES)
-
-
-def test_default_minatar_strategy_runs_and_counts_the_steps_of_sampled_episodes():
-    task = tasks.make("Breakout-MinAtar", hidden_sizes=(8,), max_steps=20)
-    strategy = dataclasses.replace(tasks.default_strategy(task), popsize=16)
-    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(1)), fitness=task.fitness)
-    final, metrics = es.evolve(strategy, task.fitness, state, 2)
-    assert metrics["fitness_mean"].shape == (2,)
-    assert 0 < float(final.fitness_state.env_steps) <= 2 * 16 * 20
-    assert not np.array_equal(final.strategy_state.sigma, state.strategy_state.sigma)  # SNES adapted its scales
