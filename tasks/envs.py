@@ -362,6 +362,15 @@ def check_positive_int(env_id: str, option: str, value, allow_none: bool = False
     return int(value)
 
 
+def check_episode_options(env_id: str, num_episodes, max_steps, policy, policies) -> tuple[int, int | None, str]:
+    """The options every environment task shares: ``(num_episodes, max_steps or None, policy)``, checked."""
+    return (
+        check_positive_int(env_id, "num_episodes", num_episodes),
+        check_positive_int(env_id, "max_steps", max_steps, allow_none=True),
+        check_choice(env_id, "policy", policy, policies),
+    )
+
+
 def _head(env_id: str, space, action_selection: str | None, images: bool):
     """The policy head for the action ``space``; ``action_selection=None`` picks the space's default.
 
@@ -423,9 +432,7 @@ def env_factory(env_id: str):
         env_params: dict | None = None,
         env_kwargs: dict | None = None,
     ) -> EnvTask:
-        num_episodes = check_positive_int(env_id, "num_episodes", num_episodes)
-        max_steps = check_positive_int(env_id, "max_steps", max_steps, allow_none=True)
-        policy = check_choice(env_id, "policy", policy, POLICIES)
+        num_episodes, max_steps, policy = check_episode_options(env_id, num_episodes, max_steps, policy, POLICIES)
         hidden_sizes = DEFAULT_HIDDEN_SIZES[policy] if hidden_sizes is None else hidden_sizes
         if isinstance(hidden_sizes, numbers.Integral):
             hidden_sizes = (hidden_sizes,)

@@ -46,7 +46,9 @@ import es
 from es import validation
 from es.host import member_seed
 from tasks import obs_norm as obsnorm
-from tasks.envs import EnvFitnessState, MemberStats, check_choice, check_positive_int, option_pairs, update_fitness_state
+from tasks.envs import (
+    EnvFitnessState, MemberStats, check_choice, check_episode_options, option_pairs, update_fitness_state,
+)
 from tasks.policies import BoxHead, DiscreteHead, MLPPolicy
 from tasks.registry import register_family
 
@@ -288,9 +290,7 @@ def gym_factory(env_id: str):
         timeout_s: float | None = None,
         env_kwargs: dict | None = None,
     ) -> GymTask:
-        num_episodes = check_positive_int(name, "num_episodes", num_episodes)
-        max_steps = check_positive_int(name, "max_steps", max_steps, allow_none=True)
-        policy = check_choice(name, "policy", policy, POLICIES)
+        num_episodes, max_steps, policy = check_episode_options(name, num_episodes, max_steps, policy, POLICIES)
         if policy == "linear" and hidden_sizes not in (None, ()):
             raise ValueError(f"tasks.make({name!r}, hidden_sizes={hidden_sizes!r}): a linear policy has no "
                              "hidden layers; use policy='mlp' with hidden_sizes.")
