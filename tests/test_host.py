@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from es import population
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "workers"))
-from host_run import GENERATIONS, STRATEGY, host_problem, initial_state  # noqa: E402
+from host_run import GENERATIONS, INTERRUPTED, STRATEGY, host_problem, initial_state  # noqa: E402
 
 CHILD_TIMEOUT = 150
 
@@ -229,23 +230,30 @@ def start_hanging_run(tmp_path):
 
 
 def test_sigint_stops_the_workers_and_raises_keyboard_interrupt(tmp_path):
+    """One Ctrl-C while both workers hang in fn: KeyboardInterrupt reaches the script within seconds and the
+    workers are gone. The process exit that follows is JAX's native teardown (measured: 0.1 s from Ctrl-C to
+    the script, then 4-7 s of teardown on this 2-core machine under load, during which further SIGINTs are
+    ignored), so it only gets a generous bound that still catches a hang."""
     child, workers = start_hanging_run(tmp_path)
+    lines, errors = [], []
+    readers = [threading.Thread(target=lambda: lines.extend(child.stdout), daemon=True),
+               threading.Thread(target=lambda: errors.extend(child.stderr), daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
-        # Ctrl-C, pressed again every 5 s as a user would: once in a full-suite run on a clean clone the
-        # first SIGINT alone did not end the child within 30 s (not reproduced; see the closing note).
-        for _ in range(6):
-            child.send_signal(signal.SIGINT)
-            try:
-                _, stderr = child.communicate(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        else:
-            raise AssertionError("the child ignored 6 SIGINTs over 30 s")
+        child.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and not any(INTERRUPTED in line for line in lines):
+            time.sleep(0.05)
+        assert any(INTERRUPTED in line for line in lines), f"no KeyboardInterrupt within 10 s of Ctrl-C: {lines}"
+        assert not wait_until_dead(workers), "workers outlived Ctrl-C"
+        child.wait(timeout=120)
+        for reader in readers:
+            reader.join(timeout=10)
     finally:
         child.kill()
+    stderr = "".join(errors)
     assert child.returncode != 0 and "KeyboardInterrupt" in stderr, stderr[-2000:]
-    assert not wait_until_dead(workers), "workers outlived Ctrl-C"
 
 
 def test_a_first_sigint_inside_es_run_finishes_the_segment_checkpoints_and_stops_the_workers(tmp_path):

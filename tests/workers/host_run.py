@@ -9,7 +9,8 @@ process R's members. ``--hang``: fn writes its worker's pid to ``OUT_DIR/pids/``
 and sleeps, so that a test can interrupt the run. ``--run``: es.run for 200
 generations of slow members (0.2 s each), checkpointing every generation in
 ``OUT_DIR/run``, printing ``stopped_by <signal>`` when it returns. Prints
-``FitnessError: ...`` and exits 3 on a FitnessError.
+``FitnessError: ...`` and exits 3 on a FitnessError; prints ``INTERRUPTED`` when
+Ctrl-C reaches the script, then lets the KeyboardInterrupt end it.
 """
 
 import argparse
@@ -23,6 +24,7 @@ import numpy as np
 import es
 
 STRATEGY = es.OpenES(popsize=8, sigma=0.1)
+INTERRUPTED = "KeyboardInterrupt reached the script"
 GENERATIONS = 3
 
 
@@ -86,6 +88,9 @@ if __name__ == "__main__":
     except es.FitnessError as error:
         print(f"FitnessError: {error}", flush=True)
         sys.exit(3)
+    except KeyboardInterrupt:  # the moment Ctrl-C reaches the script (interpreter teardown follows)
+        print(INTERRUPTED, flush=True)
+        raise
     params = es.distributed.fetch(state.params)
     os.makedirs(args.out, exist_ok=True)
     np.savez(os.path.join(args.out, f"rank{group.process_id}.npz"), **params)
