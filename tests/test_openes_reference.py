@@ -3,6 +3,12 @@
 ``tests/data/openes_reference.npz`` was written by ``tests/data/make_openes_reference.py`` on main at
 371dba1 (before the engine became generic); the cases are defined there and rerun here with today's API
 (execution settings passed to ``es.evolve``).
+
+What the run is (params, best params, best fitness, max/min fitness, invalid counts) must match bit for bit.
+The summary statistics that are vector reductions (``REDUCED_METRICS``) are compared to a few float32 ulps:
+XLA's CPU backend compiles reductions for the host's vector width, so their last bit depends on the CPU model
+(the reference was recorded on an Intel Xeon; on an AMD EPYC without AVX2, ``params_norm`` moved by one ulp
+while every param stayed bit-identical).
 """
 
 import pathlib
@@ -19,6 +25,7 @@ sys.path.insert(0, str(DATA))
 from make_openes_reference import CASES  # noqa: E402
 
 REFERENCE = np.load(DATA / "openes_reference.npz")
+REDUCED_METRICS = ("fitness_mean", "fitness_std", "grad_norm", "update_norm", "params_norm", "sigma")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -37,4 +44,7 @@ def test_openes_matches_the_runs_recorded_before_the_refactor(name):
     expected = {key: REFERENCE[key] for key in REFERENCE.files if key.startswith(f"{name}/")}
     assert sorted(got) == sorted(expected)
     for key in expected:
-        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+        if key.rsplit("/", 1)[-1] in REDUCED_METRICS and "/metrics/" in key:
+            np.testing.assert_allclose(got[key], expected[key], rtol=1e-6, atol=0, err_msg=key)
+        else:
+            np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
