@@ -1,0 +1,120 @@
+"""Run the test suite as one pytest process per test file, ``--jobs`` files at a time (``make test``).
+
+    python tests/run_files.py                 # every tests/test_*.py, 2 at a time
+    python tests/run_files.py --jobs 1 tests/test_engine.py tests/test_runs.py
+
+Why one process per file: in a single process for the whole suite, XLA's CPU
+compiler crashed (SIGSEGV/SIGABRT inside ``backend_compile``) after a few
+hundred earlier compilations, while every file passes alone. Why two at a
+time: most of a file's time is XLA compiling, which uses one core, so two files
+keep a 2-core machine busy. The slowest files start first (``START_FIRST``) so
+the two workers finish together. Each file's output is printed whole when it
+finishes; a file that runs past ``--timeout`` seconds is killed (with its
+child processes) and counted as failed, so a hang can never stall CI. The exit
+status is 0 only if every file passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+# The slowest files on a 2-core machine, slowest first (measured with --durations).
+START_FIRST = (
+    "test_docs.py",
+    "test_strategies.py",
+    "test_distributed.py",
+    "test_host.py",
+    "test_sweep.py",
+    "test_runs.py",
+    "test_sharded.py",
+)
+DEFAULT_TIMEOUT_S = 900
+
+
+def ordered(files: list[Path]) -> list[Path]:
+    """``files`` with the known slow ones first, the rest in name order."""
+    rank = {name: i for i, name in enumerate(START_FIRST)}
+    return sorted(files, key=lambda f: (rank.get(f.name, len(rank)), f.name))
+
+
+def start(file: Path, log_dir: Path) -> tuple[subprocess.Popen, Path, float]:
+    log = log_dir / f"{file.stem}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(file)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,  # its own group: killed whole
+        )
+    return process, log, time.monotonic()
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def run(files: list[Path], jobs: int, timeout_s: float, log_dir: Path) -> int:
+    pending, running, results = ordered(files), {}, {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                file = pending.pop(0)
+                running[file] = start(file, log_dir)
+            time.sleep(0.2)
+            for file, (process, log, began) in list(running.items()):
+                elapsed = time.monotonic() - began
+                if process.poll() is None and elapsed <= timeout_s:
+                    continue
+                timed_out = process.poll() is None
+                if timed_out:
+                    kill_group(process)
+                del running[file]
+                ok = process.returncode == 0 and not timed_out
+                results[file] = (ok, elapsed)
+                verdict = "passed" if ok else f"TIMED OUT after {timeout_s:.0f} s" if timed_out else "FAILED"
+                print(f"==== {os.path.relpath(file)}: {verdict} in {elapsed:.0f} s", flush=True)
+                print(log.read_text(errors="replace").rstrip(), flush=True)
+    except KeyboardInterrupt:
+        for process, _, _ in running.values():
+            kill_group(process)
+        raise
+    print("\n==== durations (s), slowest first")
+    for file, (ok, elapsed) in sorted(results.items(), key=lambda item: -item[1][1]):
+        print(f"{elapsed:7.0f}  {'ok  ' if ok else 'FAIL'}  {os.path.relpath(file)}")
+    failed = [os.path.relpath(f) for f, (ok, _) in results.items() if not ok]
+    print(f"failed: {' '.join(failed)}" if failed else f"all {len(results)} test files passed")
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path, help="default: every tests/test_*.py")
+    parser.add_argument("--jobs", type=int, default=2, help="test files run at once (default 2)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per file")
+    parser.add_argument("--log-dir", type=Path, default=None, help="default: a fresh temporary folder")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give at least 1")
+    files = [f.resolve() for f in args.files] or sorted(TESTS.glob("test_*.py"))
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        parser.error(f"no such test file: {' '.join(missing)}")
+    if args.log_dir is None:
+        import tempfile
+
+        args.log_dir = Path(tempfile.mkdtemp(prefix="es-tests-"))
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    return run(files, args.jobs, args.timeout, args.log_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""tests/run_files.py (what `make test` runs): every file runs, a failure or a hang fails the run, never stalls it."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RUNNER = Path(__file__).parent / "run_files.py"
+
+PASSING = "def test_passes():\n    assert 1 + 1 == 2\n"
+FAILING = "def test_fails():\n    assert 1 + 1 == 3\n"
+# Hangs, with a grandchild that would outlive a runner that killed only its direct child.
+HANGING = (
+    "import subprocess, sys, time\n"
+    "def test_hangs(tmp_path):\n"
+    "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(613)'])\n"
+    "    time.sleep(613)\n"
+)
+
+
+def run_files(tmp_path, files: dict, *args) -> subprocess.CompletedProcess:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return subprocess.run(
+        [sys.executable, str(RUNNER), *args, "--log-dir", str(tmp_path / "logs"),
+         *(str(tmp_path / name) for name in files)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+
+
+def test_every_file_runs_and_one_failure_fails_the_run(tmp_path):
+    result = run_files(tmp_path, {"test_a.py": PASSING, "test_b.py": FAILING, "test_c.py": PASSING})
+    assert result.returncode == 1, result.stdout
+    assert "==== test_a.py: passed" in result.stdout and "==== test_c.py: passed" in result.stdout
+    assert "==== test_b.py: FAILED" in result.stdout and "assert (1 + 1) == 3" in result.stdout
+    assert result.stdout.rstrip().endswith("failed: test_b.py")
+
+
+def test_all_passing_files_exit_zero(tmp_path):
+    result = run_files(tmp_path, {"test_a.py": PASSING, "test_b.py": PASSING}, "--jobs", "1")
+    assert result.returncode == 0, result.stdout
+    assert "all 2 test files passed" in result.stdout
+
+
+def test_a_hanging_file_is_killed_with_its_children_at_the_timeout(tmp_path):
+    started = time.monotonic()
+    result = run_files(tmp_path, {"test_hang.py": HANGING, "test_ok.py": PASSING}, "--timeout", "5")
+    assert time.monotonic() - started < 60
+    assert result.returncode == 1, result.stdout
+    assert "==== test_hang.py: TIMED OUT after 5 s" in result.stdout
+    assert "==== test_ok.py: passed" in result.stdout
+    sleepers = subprocess.run(["pgrep", "-f", "time.sleep\\(613\\)"], capture_output=True, text=True).stdout
+    assert not sleepers.strip(), f"the hanging file's processes outlived the timeout: {sleepers}"
