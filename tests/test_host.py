@@ -213,10 +213,13 @@ def test_a_stateless_state_with_a_stateful_host_fitness_is_refused():
 
 
 def start_hanging_run(tmp_path):
-    """A run whose 2 workers are both busy in a long fn: ``(child, worker pids)``."""
+    """A run whose 2 workers are both busy in a long fn: ``(child, worker pids)``.
+
+    The child dumps every thread's stack to stderr on SIGABRT (``PYTHONFAULTHANDLER``), for failure messages.
+    """
     child = subprocess.Popen(
         [sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path), "--hang"],
-        env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(PYTHONFAULTHANDLER="1"), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     pid_dir = tmp_path / "pids"
     deadline = time.monotonic() + CHILD_TIMEOUT
@@ -245,7 +248,11 @@ def test_sigint_stops_the_workers_and_raises_keyboard_interrupt(tmp_path):
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline and not any(INTERRUPTED in line for line in lines):
             time.sleep(0.05)
-        assert any(INTERRUPTED in line for line in lines), f"no KeyboardInterrupt within 10 s of Ctrl-C: {lines}"
+        if not any(INTERRUPTED in line for line in lines):
+            child.send_signal(signal.SIGABRT)  # where is it? (every thread's stack, on stderr)
+            child.wait(timeout=30)
+            time.sleep(1)
+            raise AssertionError(f"no KeyboardInterrupt within 10 s of Ctrl-C: {lines}\n{''.join(errors)[-6000:]}")
         assert not wait_until_dead(workers), "workers outlived Ctrl-C"
         child.wait(timeout=120)
         for reader in readers:
