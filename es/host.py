@@ -349,12 +349,21 @@ class _Pool:
         self.stop()
 
     def stop(self) -> None:
-        """Stop every worker process now and wait for them to exit."""
+        """Stop every worker process now and wait for them to exit, ``STOP_TIMEOUT_S`` at most.
+
+        pebble's ``join`` ignores its timeout once the pool is stopped (it
+        joins its manager threads, then terminates each worker with a 3 s
+        grace), so it runs on a daemon thread and this waits for it with the
+        bound. A worker it has not reached by then still exits when this
+        process does (the watchdog of ``_start_worker``).
+        """
         with self.lock:
             pool, self.pool = self.pool, None
         if pool is not None:
             pool.stop()
-            pool.join(timeout=STOP_TIMEOUT_S)
+            joining = threading.Thread(target=pool.join, name="es.HostFitness stop", daemon=True)
+            joining.start()
+            joining.join(STOP_TIMEOUT_S)
 
     def fail(self, text: str) -> None:
         with self.lock:
