@@ -270,3 +270,18 @@ def test_run_many_calls_on_segment_with_every_runs_segment():
     results = run_many(None, 4, on_segment=lambda segments: seen.append([(s.start, s.stop) for s in segments]))
     assert seen == [[(0, 2), (0, 2)], [(2, 4), (2, 4)]]
     assert [r.metrics["fitness_mean"].shape for r in results] == [(4,), (4,)]
+
+
+def test_a_switch_is_program_structure_that_the_runs_agree_on_and_no_traced_value_decides():
+    adapted, fixed = es.PGPE(popsize=8, sigma_learning_rate=0.1), es.PGPE(popsize=8, sigma_learning_rate=0.0)
+    with raises(ValueError, "strategies[1].sigma_learning_rate=0.0 but strategies[0].sigma_learning_rate=0.1",
+                "switches part of its update off"):
+        refused([adapted, fixed])
+    traced = jax.jit(lambda rate: jnp.float32(adapted.with_hyperparameters({"sigma_learning_rate": rate}).uses_squares))
+    assert traced(jnp.float32(0.0)) == 1.0  # the copy keeps the structure of the float it was made from
+    assert fixed.with_hyperparameters({"sigma": jnp.float32(0.2)}).uses_squares is False
+    # Runs that all keep sigma fixed vary the other rates, and equal their own es.evolve.
+    runs = [es.PGPE(popsize=8, sigma=s, sigma_learning_rate=0.0, noise=es.LowRankNoise(rank=1)) for s in (0.1, 0.3)]
+    states = initial_states(runs, {"w": jnp.ones((3, 4))})
+    chex.assert_trees_all_equal(host(es.evolve_many(runs, sphere, states, 2)[0][1]),
+                                host(es.evolve(runs[1], sphere, states[1], 2)[0]))
