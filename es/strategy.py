@@ -205,7 +205,9 @@ class Strategy:
         differ: it passes them into the compiled program as traced float32
         values (``with_hyperparameters``), so one compilation serves every
         value. ``int`` fields (``popsize``, ``top_k``), booleans, choices,
-        schedules and noise sources shape the program and are not listed.
+        schedules and noise sources shape the program and are not listed. A
+        switch (``switches``) is listed: its value is traced, while whether it
+        is zero stays static (``switched_on``).
         """
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if isinstance(getattr(self, f.name), float)}
