@@ -101,9 +101,15 @@ class Strategy:
     - ``uses_squares``: whether ``coefficients`` returns ``square`` (a
       per-coordinate variance update, unsound with low-rank samples: such a
       strategy refuses a noise source without ``independent_coordinates``).
+    - ``switches``: the float fields whose zero switches part of the update
+      off (PGPE's ``sigma_learning_rate``). Whether such a field is zero is
+      program structure, not a number: the maths asks ``switched_on(name)``,
+      which stays a Python bool when ``es.evolve_many`` traces the value, and
+      the runs of one sweep must agree on it.
     """
 
     uses_squares: ClassVar[bool] = False
+    switches: ClassVar[tuple[str, ...]] = ()
 
     def __new__(cls, *args, **kwargs):
         moved = [name for name in EXECUTION_ARGUMENTS if name in kwargs]
@@ -199,10 +205,28 @@ class Strategy:
         differ: it passes them into the compiled program as traced float32
         values (``with_hyperparameters``), so one compilation serves every
         value. ``int`` fields (``popsize``, ``top_k``), booleans, choices,
-        schedules and noise sources shape the program and are not listed.
+        schedules and noise sources shape the program and are not listed. A
+        switch (``switches``) is listed: its value is traced, while whether it
+        is zero stays static (``switched_on``).
         """
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if isinstance(getattr(self, f.name), float)}
+
+    def switched_on(self, name: str) -> bool:
+        """Whether the switch ``name`` (one of ``switches``) is on, i.e. the field is non-zero: a Python bool.
+
+        On a copy from ``with_hyperparameters`` it is the answer of the
+        strategy the copy was made from (the Python float), so a traced value
+        never decides the program's structure.
+        """
+        if name not in self.switches:
+            raise ValueError(f"{type(self).__name__}.switched_on({name!r}): the switches are {list(self.switches)}.")
+        recorded = self.__dict__.get("_switched_on")
+        return recorded[name] if recorded is not None else getattr(self, name) != 0
+
+    def switch_settings(self) -> dict[str, bool]:
+        """``{name: switched_on(name)}`` for every switch: what of the numbers shapes the compiled program."""
+        return {name: self.switched_on(name) for name in self.switches}
 
     def with_hyperparameters(self, values: dict[str, jax.Array]) -> "Strategy":
         """A copy of the strategy holding ``values`` (arrays, usually traced) in those fields.
@@ -212,7 +236,9 @@ class Strategy:
         passed for the Python floats the values stand for, and it is neither
         hashable nor a valid static argument. The maths of every strategy
         must therefore work with array-valued hyperparameters (``jnp``
-        arithmetic only, no Python ``float()``/``math`` on them).
+        arithmetic only, no Python ``float()``/``math`` on them); what a value
+        decides about the program's structure it reads from
+        ``switched_on``, which the copy keeps from ``self``.
         """
         unknown = set(values) - set(self.hyperparameters())
         if unknown:
@@ -221,6 +247,7 @@ class Strategy:
                 f"this strategy; they are {sorted(self.hyperparameters())}."
             )
         replaced = copy.copy(self)  # no __init__, so no __post_init__ checks on the arrays
+        replaced._set("_switched_on", self.switch_settings())  # structure stays decided by the Python floats
         for name, value in values.items():
             replaced._set(name, value)
         return replaced

@@ -68,8 +68,9 @@ class Sweep(NamedTuple):
 
     Attributes:
       template: the strategy the program is compiled for: ``strategies[0]``
-        with the varying hyperparameters set to a placeholder ``0.0`` (so the
-        compiled program depends on which fields vary, not on their values).
+        with the varying hyperparameters set to a placeholder, ``0.0`` (``1.0``
+        for a switch, which is on in every run), so the compiled program
+        depends on which fields vary, not on their values.
       values: field name -> float32[runs], the varying hyperparameters.
       mesh, execution: as ``es.evolve`` resolves them.
     """
@@ -243,7 +244,9 @@ def check_evolve_many_args(
     varying, optimizers = varying_hyperparameters(strategies, states[0].params)
     for i in range(1, len(strategies)):
         _check_run_state(i, strategies[i], fitness_fn, states[i], states[0])
-    template = dataclasses.replace(first, **optimizers).with_hyperparameters({name: 0.0 for name in varying})
+    switches = first.switch_settings()  # the runs agree on them (varying_hyperparameters)
+    placeholders = {name: 1.0 if switches.get(name) else 0.0 for name in varying}
+    template = dataclasses.replace(first, **optimizers).with_hyperparameters(placeholders)
     values = {name: np.asarray([s.hyperparameters()[name] for s in strategies], np.float32) for name in varying}
     return Sweep(template, values, mesh, execution)
 
@@ -269,6 +272,8 @@ def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> t
     numeric = first.hyperparameters()
     for name in first.fields():
         values = [getattr(s, name) for s in strategies]
+        if name in first.switches:
+            _check_same_switch(kind, name, strategies)
         if name in numeric and all(isinstance(v, float) for v in values):
             if any(v != values[0] for v in values):
                 varying.append(name)
@@ -286,6 +291,19 @@ def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> t
                         "own evolve_many."
                     )
     return tuple(varying), optimizers
+
+
+def _check_same_switch(kind: str, name: str, strategies: Sequence[Strategy]) -> None:
+    """Raise ``ValueError`` unless every run has switch ``name`` on (non-zero) or every run has it off (zero)."""
+    first = strategies[0].switched_on(name)
+    for i, strategy in enumerate(strategies[1:], start=1):
+        if strategy.switched_on(name) != first:
+            raise ValueError(
+                f"es.evolve_many: strategies[{i}].{name}={getattr(strategy, name)!r} but "
+                f"strategies[0].{name}={getattr(strategies[0], name)!r}; {kind} switches part of its update off "
+                f"when {name} is 0, so whether it is 0 shapes the compiled program. The runs may vary {name} "
+                "among non-zero values, or all keep it at 0; run the two settings in two evolve_many calls."
+            )
 
 
 def _same_setting(a, b) -> bool:

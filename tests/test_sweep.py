@@ -21,12 +21,8 @@ GENERATIONS = 3
 
 # Runs that differ in every numeric hyperparameter a strategy has (and in seed); one case per strategy.
 SWEEPS = {
-    "OpenES": [es.OpenES(popsize=16, sigma=s, weight_decay=w, optimizer=optax.adam(0.05))
-               for s, w in ((0.1, 0.0), (0.2, 0.01))],
-    "OpenES-inject_hyperparams": [
-        es.OpenES(popsize=16, sigma=0.1, optimizer=optax.inject_hyperparams(optax.adam)(learning_rate=lr))
-        for lr in (0.01, 0.1)
-    ],
+    "OpenES": [es.OpenES(popsize=16, sigma=s, weight_decay=w, optimizer=optax.inject_hyperparams(optax.adam)(learning_rate=lr))
+               for s, w, lr in ((0.1, 0.0, 0.01), (0.2, 0.01, 0.1))],  # the optimizer's learning rate too
     "SNES": [es.SNES(popsize=16, sigma=s, learning_rate=lr, sigma_learning_rate=slr)
              for s, lr, slr in ((0.3, 1.0, 0.1), (0.1, 0.5, 0.2))],
     "PGPE": [es.PGPE(popsize=16, sigma=s, sigma_learning_rate=slr, sigma_max_change=c)
@@ -49,14 +45,16 @@ def host(tree):
     return jax.tree.map(leaf, tree)
 
 
-def evolve_both(strategies, fitness_fn, params, mesh):
-    """``(evolve_many's states and metrics, each run's own es.evolve)``, on the host."""
+def evolve_both(strategies, fitness_fn, params, mesh, compared=None):
+    """``(evolve_many's states and metrics, each run's own es.evolve)``, on the host, for the runs ``compared``
+    (default: every run; each run's es.evolve is a compilation of its own)."""
     states = initial_states(strategies, params)
     finals, metrics = es.evolve_many(strategies, fitness_fn, states, GENERATIONS, mesh=mesh)
     assert len(finals) == len(metrics) == len(strategies)
-    alone = [es.evolve(strategy, fitness_fn, state, GENERATIONS, mesh=mesh) for strategy, state in zip(strategies, states)]
     assert not np.array_equal(metrics[0]["fitness_mean"], metrics[1]["fitness_mean"])  # the runs differ
-    return host(list(zip(finals, metrics))), host(alone)
+    compared = range(len(strategies)) if compared is None else compared
+    alone = [es.evolve(strategies[i], fitness_fn, states[i], GENERATIONS, mesh=mesh) for i in compared]
+    return host([(finals[i], metrics[i]) for i in compared]), host(alone)
 
 
 @pytest.mark.parametrize("name", ["SNES", "PGPE", "ARS", "SepCMAES"])  # OpenES: bit-identical on the rollout below
@@ -66,9 +64,9 @@ def test_other_strategies_on_a_sphere_are_bit_identical_to_their_own_evolve(name
     chex.assert_trees_all_equal(swept, alone)
 
 
-@pytest.mark.parametrize("name", ["OpenES", "OpenES-inject_hyperparams"])
-def test_openes_on_a_policy_rollout_is_bit_identical_to_its_own_evolve_on_2_devices(name):
-    swept, alone = evolve_both(SWEEPS[name], noisy_policy_return, None, es.make_mesh(2))
+def test_openes_on_a_policy_rollout_is_bit_identical_to_its_own_evolve_on_2_devices():
+    # Every run: sigma, weight_decay and an inject_hyperparams learning rate vary.
+    swept, alone = evolve_both(SWEEPS["OpenES"], noisy_policy_return, None, es.make_mesh(2))
     chex.assert_trees_all_equal(swept, alone)
 
 
@@ -77,7 +75,8 @@ def test_other_strategies_on_a_policy_rollout_equal_their_own_evolve_within_floa
     # XLA contracts a * b + c into one FMA where a fusion holds both: the update of SNES, PGPE, ARS and
     # SepCMAES (mean + step) may then round differently in the sweep's program than in es.evolve's
     # (measured: the last bit of some params, from the first generation on).
-    swept, alone = evolve_both(SWEEPS[name], noisy_policy_return, None, es.make_mesh(2))
+    # The second run (the first is compared bit for bit on the sphere above, with the same strategies).
+    swept, alone = evolve_both(SWEEPS[name], noisy_policy_return, None, es.make_mesh(2), compared=[1])
     chex.assert_trees_all_close(swept, alone, rtol=1e-5, atol=1e-6)
 
 
@@ -270,3 +269,19 @@ def test_run_many_calls_on_segment_with_every_runs_segment():
     results = run_many(None, 4, on_segment=lambda segments: seen.append([(s.start, s.stop) for s in segments]))
     assert seen == [[(0, 2), (0, 2)], [(2, 4), (2, 4)]]
     assert [r.metrics["fitness_mean"].shape for r in results] == [(4,), (4,)]
+
+
+def test_a_switch_is_program_structure_that_the_runs_agree_on_and_no_traced_value_decides():
+    adapted, fixed = es.PGPE(popsize=8, sigma_learning_rate=0.1), es.PGPE(popsize=8, sigma_learning_rate=0.0)
+    with raises(ValueError, "strategies[1].sigma_learning_rate=0.0 but strategies[0].sigma_learning_rate=0.1",
+                "switches part of its update off"):
+        refused([adapted, fixed])
+    traced = jax.jit(lambda rate: jnp.float32(adapted.with_hyperparameters({"sigma_learning_rate": rate}).uses_squares))
+    assert traced(jnp.float32(0.0)) == 1.0  # the copy keeps the structure of the float it was made from
+    assert fixed.with_hyperparameters({"sigma": jnp.float32(0.2)}).uses_squares is False
+    # Runs that all keep sigma fixed (as low-rank noise needs) vary the other numbers; sigma stays each run's own.
+    runs = [es.PGPE(popsize=8, sigma=s, sigma_learning_rate=0.0, noise=es.LowRankNoise(rank=1)) for s in (0.1, 0.3)]
+    finals, metrics = es.evolve_many(runs, sphere, initial_states(runs, {"w": jnp.ones((3, 4))}), 2)
+    for run, final, run_metrics in zip(runs, finals, metrics):
+        np.testing.assert_array_equal(final.strategy_state.sigma, np.full(12, run.sigma, np.float32))
+        np.testing.assert_allclose(run_metrics["sigma"], run.sigma, rtol=1e-6)

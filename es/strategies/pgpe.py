@@ -81,12 +81,12 @@ class PGPE(Strategy):
             "PGPE", "sigma_max_change", self.sigma_max_change, positive=True, maximum=1.0, example="0.2"))
         validation.check_shaping("PGPE", self.fitness_shaping)
 
+    switches: ClassVar[tuple[str, ...]] = ("sigma_learning_rate",)  # 0: sigma fixed, no Sums.square
+
     @property
     def uses_squares(self) -> bool:
         """Whether sigma is adapted (it needs ``Sums.square``); ``sigma_learning_rate=0`` keeps it fixed."""
-        if isinstance(self.sigma_learning_rate, jax.core.Tracer):  # swept by es.evolve_many: adapted, rate traced
-            return True
-        return self.sigma_learning_rate > 0
+        return self.switched_on("sigma_learning_rate")
 
     def low_rank_fix(self) -> str:
         return "Pass sigma_learning_rate=0 to keep sigma fixed (low-rank noise then perturbs the mean only)."
