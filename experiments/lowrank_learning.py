@@ -21,6 +21,7 @@ import dataclasses
 import json
 import pathlib
 import time
+from typing import Callable
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "lowrank_learning"
 SETTINGS = {  # env -> (config file, generations)
@@ -31,7 +32,8 @@ HIDDEN = (256, 256)
 TARGET_RATIO = 1.5
 
 
-def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_episodes: int) -> dict:
+def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_episodes: int,
+        save: Callable[[dict], None] = lambda result: None) -> dict:
     import jax
 
     import es
@@ -48,6 +50,8 @@ def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_ep
     eval_key = jax.random.key(10_000 + seed)  # never used in training
     mesh = es.make_mesh(1)
     curve, wall, done = [], 0.0, 0
+    result = {"env": env, "noise": noise, "seed": seed, "params": es.engine.num_params(state.params),
+              "popsize": strategy.popsize, "eval_episodes": eval_episodes, "generations": generations, "curve": curve}
     while done < generations:
         start = time.perf_counter()
         state, metrics = es.evolve(strategy, fitness, state, segment, mesh=mesh)
@@ -59,8 +63,8 @@ def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_ep
                       "wall_s": wall})
         print(f"{env} {noise} seed {seed} gen {done:4d} return {value:9.2f} "
               f"population mean {curve[-1]['fitness_mean']:9.2f} {wall:7.1f} s", flush=True)
-    return {"env": env, "noise": noise, "seed": seed, "params": es.engine.num_params(state.params),
-            "popsize": strategy.popsize, "eval_episodes": eval_episodes, "curve": curve}
+        save(result)  # after every segment: a run cut short still leaves its curve so far
+    return result
 
 
 def first_reaching(curve: list[dict], target: float) -> int | None:
@@ -103,9 +107,10 @@ def main() -> None:
     if not (args.env and args.noise):
         parser.error("give --env and --noise (one run), or --report")
     generations = args.generations or SETTINGS[args.env][1]
-    result = run(args.env, args.noise, args.seed, generations, args.segment, args.eval_episodes)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.env}-{args.noise}-seed{args.seed}.json").write_text(json.dumps(result, indent=1))
+    path = RESULTS / f"{args.env}-{args.noise}-seed{args.seed}.json"
+    run(args.env, args.noise, args.seed, generations, args.segment, args.eval_episodes,
+        save=lambda result: path.write_text(json.dumps(result, indent=1)))
 
 
 if __name__ == "__main__":
