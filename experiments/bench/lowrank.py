@@ -228,7 +228,8 @@ def main() -> None:
             r = result["rows"][0]
             lines.append(markdown_table(
                 ["MLP", "params", "popsize x inputs", "eval batch", "ES passes/s", "inference passes/s (same batches)",
-                 "ES / inference (wall; CPU)", "inference passes/s (one batch)", "ES / one-batch inference (wall; CPU)"],
+                 "ES / inference (wall; CPU)", "inference passes/s (one batch)",
+                 "ES / one-batch inference (wall; CPU)"],
                 [["-".join(map(str, r["widths"])), f"{r['params']:,}", f"{r['popsize']} x {r['inputs']}",
                   r["eval_batch_size"], f"{r['es_passes_per_s']:,.0f}", f"{r['inference_passes_per_s']:,.0f}",
                   f"{r['ratio']:.0%}; {r['cpu_ratio']:.0%}", f"{r['inference_one_batch_passes_per_s']:,.0f}",

@@ -105,7 +105,8 @@ def child(num_devices: int, problems: list[str], sources: list[str], modes: list
                 report = es.exchange_report(strategy, fitness_fn, state, mesh, measure=False)
                 model = next(c for c in report.costs if c.mode == mode)
                 row = {"problem": problem, "params": dim, "popsize": popsize, "source": source, "mode": mode,
-                       "devices": num_devices, "generations": [g1, g2], "repeats": repeats, "cpu_s_per_gen": cpu, "wall_s_per_gen": wall,
+                       "devices": num_devices, "generations": [g1, g2], "repeats": repeats,
+                       "cpu_s_per_gen": cpu, "wall_s_per_gen": wall,
                        "bytes_per_gen": model.bytes, "update_floats_per_device": model.update_floats,
                        "eval_floats_per_device": model.eval_floats}
                 rows.append(row)
