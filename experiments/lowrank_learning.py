@@ -21,6 +21,7 @@ import dataclasses
 import json
 import pathlib
 import time
+from typing import Callable
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "lowrank_learning"
 SETTINGS = {  # env -> (config file, generations)
@@ -31,7 +32,8 @@ HIDDEN = (256, 256)
 TARGET_RATIO = 1.5
 
 
-def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_episodes: int) -> dict:
+def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_episodes: int,
+        save: Callable[[dict], None] = lambda result: None) -> dict:
     import jax
 
     import es
@@ -48,6 +50,8 @@ def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_ep
     eval_key = jax.random.key(10_000 + seed)  # never used in training
     mesh = es.make_mesh(1)
     curve, wall, done = [], 0.0, 0
+    result = {"env": env, "noise": noise, "seed": seed, "params": es.engine.num_params(state.params),
+              "popsize": strategy.popsize, "eval_episodes": eval_episodes, "generations": generations, "curve": curve}
     while done < generations:
         start = time.perf_counter()
         state, metrics = es.evolve(strategy, fitness, state, segment, mesh=mesh)
@@ -59,12 +63,17 @@ def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_ep
                       "wall_s": wall})
         print(f"{env} {noise} seed {seed} gen {done:4d} return {value:9.2f} "
               f"population mean {curve[-1]['fitness_mean']:9.2f} {wall:7.1f} s", flush=True)
-    return {"env": env, "noise": noise, "seed": seed, "params": es.engine.num_params(state.params),
-            "popsize": strategy.popsize, "eval_episodes": eval_episodes, "curve": curve}
+        save(result)  # after every segment: a run cut short still leaves its curve so far
+    return result
 
 
 def first_reaching(curve: list[dict], target: float) -> int | None:
     return next((p["generation"] for p in curve if p["return"] >= target), None)
+
+
+def final(run: dict) -> str:
+    """The last held-out return of a run and, in brackets, the generations it ran."""
+    return f"{run['curve'][-1]['return']:.1f} ({run['curve'][-1]['generation']})"
 
 
 def report(margin: float) -> str:
@@ -79,11 +88,11 @@ def report(margin: float) -> str:
         g_full = first_reaching(full["curve"], target)
         g_low = first_reaching(low["curve"], target) if low else None
         ratio = g_low / g_full if g_full and g_low else None
-        rows.append([env, seed, f"{target:.1f}", f"{full['curve'][-1]['return']:.1f}",
-                     f"{low['curve'][-1]['return']:.1f}" if low else "-", g_full or "never", g_low or "never",
+        rows.append([env, seed, f"{target:.1f}", final(full), final(low) if low else "-", g_full or "never",
+                     g_low or "never",
                      f"{ratio:.2f}" if ratio else "-", "yes" if ratio is not None and ratio <= TARGET_RATIO else "no"])
-    return markdown_table(["env", "seed", "target", "full-rank final", "rank-1 final", "full-rank gens to target",
-                           "rank-1 gens to target", "ratio", f"<= {TARGET_RATIO}"], rows)
+    return markdown_table(["env", "seed", "target", "full-rank final (gens run)", "rank-1 final (gens run)",
+                           "full-rank gens to target", "rank-1 gens to target", "ratio", f"<= {TARGET_RATIO}"], rows)
 
 
 def main() -> None:
@@ -103,9 +112,10 @@ def main() -> None:
     if not (args.env and args.noise):
         parser.error("give --env and --noise (one run), or --report")
     generations = args.generations or SETTINGS[args.env][1]
-    result = run(args.env, args.noise, args.seed, generations, args.segment, args.eval_episodes)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.env}-{args.noise}-seed{args.seed}.json").write_text(json.dumps(result, indent=1))
+    path = RESULTS / f"{args.env}-{args.noise}-seed{args.seed}.json"
+    run(args.env, args.noise, args.seed, generations, args.segment, args.eval_episodes,
+        save=lambda result: path.write_text(json.dumps(result, indent=1)))
 
 
 if __name__ == "__main__":

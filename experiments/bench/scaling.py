@@ -76,7 +76,7 @@ def _cost(fn, repeats: int) -> tuple[float, float]:
 
 
 def child(num_devices: int, problems: list[str], sources: list[str], modes: list[str], popsize: int,
-          num_params: int, repeats: int) -> dict:
+          num_params: int, repeats: int, generations: tuple[int, int] | None = None) -> dict:
     import jax
     import optax
 
@@ -87,6 +87,7 @@ def child(num_devices: int, problems: list[str], sources: list[str], modes: list
     rows = []
     for problem in problems:
         fitness_fn, params, (g1, g2) = _problem(problem, num_params)
+        g1, g2 = generations or (g1, g2)
         dim = es.engine.num_params(params)
         for source in sources:
             strategy = es.OpenES(popsize=popsize, sigma=0.05, optimizer=optax.adam(0.01), noise=_noise(source, dim))
@@ -104,7 +105,8 @@ def child(num_devices: int, problems: list[str], sources: list[str], modes: list
                 report = es.exchange_report(strategy, fitness_fn, state, mesh, measure=False)
                 model = next(c for c in report.costs if c.mode == mode)
                 row = {"problem": problem, "params": dim, "popsize": popsize, "source": source, "mode": mode,
-                       "devices": num_devices, "cpu_s_per_gen": cpu, "wall_s_per_gen": wall,
+                       "devices": num_devices, "generations": [g1, g2], "repeats": repeats,
+                       "cpu_s_per_gen": cpu, "wall_s_per_gen": wall,
                        "bytes_per_gen": model.bytes, "update_floats_per_device": model.update_floats,
                        "eval_floats_per_device": model.eval_floats}
                 rows.append(row)
@@ -145,11 +147,14 @@ def main() -> None:
     parser.add_argument("--popsize", type=int, default=256)
     parser.add_argument("--params", type=int, default=1_000_000, help="params of the update-bound problem")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--generations", type=int, nargs=2, metavar=("G1", "G2"),
+                        help="generations per call (default: 1 3 for update, 2 6 for eval); more for cheap generations")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "scaling.json"))
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.problems, args.sources, args.modes, args.popsize, args.params, args.repeats)))
+        print(json.dumps(child(args.child, args.problems, args.sources, args.modes, args.popsize, args.params,
+                               args.repeats, tuple(args.generations) if args.generations else None)))
         return
 
     print(f"# scaling over emulated CPU devices; machine: {machine_description()}", flush=True)
@@ -159,7 +164,8 @@ def main() -> None:
             "experiments.bench.scaling",
             ["--child", str(num_devices), "--problems", *args.problems, "--sources", *args.sources,
              "--modes", *args.modes, "--popsize", str(args.popsize), "--params", str(args.params),
-             "--repeats", str(args.repeats)],
+             "--repeats", str(args.repeats),
+             *(["--generations", *map(str, args.generations)] if args.generations else [])],
             timeout=7200,
             env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={num_devices}"},
         )
