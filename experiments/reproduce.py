@@ -145,6 +145,9 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     evaluating = [0.0]  # seconds spent in on_segment, not training
 
     def on_segment(segments: list[es.Segment]) -> None:
+        # es.run_many has already dispatched the next segment (it pipelines): wait for it, so that what is
+        # timed below, and subtracted from the training time, is the evaluations alone.
+        jax.block_until_ready(jax.live_arrays())
         start = time.perf_counter()
         for seed, done, curve, key, reference_key in zip(seeds, segments, curves, eval_keys, reference_keys):
             curve.append({
@@ -206,7 +209,8 @@ def comparison_table(strategy_runs: dict[str, list[dict]], runs: dict[str, list[
 
     ``strategy_runs`` are ``--strategy`` runs (``experiments/results/strategies/``): each strategy at
     its own defaults with the env config's popsize, episodes and generations. A strategy without such
-    runs shows the config's own runs (``runs``) when the config uses it.
+    runs shows the config's own runs (``runs``) when the config uses it. Strategies tied with the best
+    at the table's precision are all in bold and all named in the "best" column.
     """
     from experiments.bench.common import markdown_table
 
@@ -215,23 +219,82 @@ def comparison_table(strategy_runs: dict[str, list[dict]], runs: dict[str, list[
     names = list(es.STRATEGIES)
     rows = []
     for env in sorted(strategy_runs, key=_env_order):
-        by_strategy: dict[str, list[float]] = {}
-        for run in strategy_runs[env]:
-            by_strategy.setdefault(_strategy_name(run), []).append(run["final_return_mean"])
-        for run in runs.get(env, []):
-            if _strategy_name(run) not in {_strategy_name(r) for r in strategy_runs[env]}:
-                by_strategy.setdefault(_strategy_name(run), []).append(run["final_return_mean"])
-        means = {name: float(np.mean(v)) for name, v in by_strategy.items()}
-        best = max(means, key=means.get)
+        by_strategy = _by_strategy(env, strategy_runs, runs)
+        best = _best(by_strategy)
         cells = []
         for name in names:
             if name not in by_strategy:
                 cells.append("—")
                 continue
-            text = f"{_fmt(means[name])} ± {_fmt(float(np.std(by_strategy[name])))}"
-            cells.append(f"**{text}**" if name == best else text)
-        rows.append([f"`{env}`", *cells, f"{best} (seeds: {len(by_strategy[best])})"])
+            returns = [run["final_return_mean"] for run in by_strategy[name]]
+            text = f"{_fmt(float(np.mean(returns)))} ± {_fmt(float(np.std(returns)))}"
+            cells.append(f"**{text}**" if name in best else text)
+        seeds = "/".join(sorted({str(len(by_strategy[name])) for name in best}))
+        rows.append([f"`{env}`", *cells, f"{', '.join(best)} (seeds: {seeds})"])
     return markdown_table(["environment", *names, "best"], rows)
+
+
+def best_strategy_sentences(strategy_runs: dict[str, list[dict]], runs: dict[str, list[dict]]) -> list[str]:
+    """One line per env of ``comparison_table``: the best strategy and the settings its runs used."""
+    lines = []
+    for env in sorted(strategy_runs, key=_env_order):
+        by_strategy = _by_strategy(env, strategy_runs, runs)
+        best = _best(by_strategy)
+        value = _fmt(float(np.mean([run["final_return_mean"] for run in by_strategy[best[0]]])))
+        if len(best) > 1:
+            lines.append(f"- `{env}`: {', '.join(best[:-1])} and {best[-1]} tie at {value}; any of them will do.")
+            continue
+        run = by_strategy[best[0]][0]
+        source = "the config's settings" if run in runs.get(env, []) else "its defaults and the config's popsize"
+        lines.append(f"- `{env}`: {best[0]} ({value}), with {source}: `{_settings(run['config']['strategy'])}`.")
+    return lines
+
+
+def _by_strategy(env: str, strategy_runs: dict[str, list[dict]], runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """``env``'s runs per strategy: its ``--strategy`` runs, and the config's runs for a strategy without them."""
+    by_strategy: dict[str, list[dict]] = {}
+    for run in strategy_runs[env]:
+        by_strategy.setdefault(_strategy_name(run), []).append(run)
+    for run in runs.get(env, []):
+        if _strategy_name(run) not in {_strategy_name(r) for r in strategy_runs[env]}:
+            by_strategy.setdefault(_strategy_name(run), []).append(run)
+    return by_strategy
+
+
+def _best(by_strategy: dict[str, list[dict]]) -> list[str]:
+    """The strategies whose mean final return equals the best one's at the table's precision, in table order."""
+    import es
+
+    means = {name: float(np.mean([r["final_return_mean"] for r in rs])) for name, rs in by_strategy.items()}
+    top = _fmt(max(means.values()))
+    return [name for name in es.STRATEGIES if name in means and _fmt(means[name]) == top]
+
+
+def _settings(strategy: dict) -> str:
+    """A strategy section of a saved config as a call, e.g. ``es.OpenES(popsize=256, optimizer=adam(learning_rate=0.03))``."""
+    skip = {"name", "maximize", "noise", "exchange", "eval_batch_size", "update_batch_size"}
+    items = []
+    for key, value in strategy.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict):
+            arguments = ", ".join(f"{k}={v!r}" for k, v in value.items() if k != "name")
+            items.append(f"{key}={value['name']}({arguments})")
+        else:
+            items.append(f"{key}={value!r}")
+    return f"es.{strategy.get('name', 'OpenES')}({', '.join(items)})"
+
+
+def with_kept_sections(report: str, page: Path) -> str:
+    """``report`` followed by the sections of ``page`` that other scripts write (between their markers),
+    as they are: ``experiments.gymnasium_results``'s MuJoCo section."""
+    from experiments.gymnasium_results import BEGIN, END
+
+    old = page.read_text() if page.exists() else ""
+    if BEGIN not in old:
+        return report
+    section = BEGIN + old.split(BEGIN, 1)[1].split(END, 1)[0] + END
+    return report.rstrip("\n") + "\n\n" + section + "\n"
 
 
 def plot(env: str, runs: list[dict], path: Path) -> None:
@@ -358,18 +421,23 @@ def write_report(runs: dict[str, list[dict]], device: str, notes_path: Path | No
         published,
         "",
     ]
+    for env in envs:
+        parts += [f"![{env}](img/{env}.png)", ""]
     if strategy_runs:
         parts += [
-            "Strategies compared (`python -m experiments.reproduce CONFIG --strategy NAME`): each strategy at "
-            "its own defaults (its dataclass's) with the config's popsize, task options and generations, and "
-            "the same evaluation; the config's own strategy shows the table's runs above. Mean ± std over "
-            "seeds of the final return; the best in bold.",
+            "## Which strategy for which environment",
+            "",
+            "Each strategy at its own defaults (its dataclass's, not `tasks.default_strategy`'s) with the config's "
+            "popsize, task options and generations, and the same evaluation "
+            "(`python -m experiments.reproduce CONFIG --strategy NAME`); a strategy without such runs shows the "
+            "config's own runs (the first table) if the config uses it. Mean ± std over seeds of the final return; "
+            "the best in bold.",
             "",
             comparison_table(strategy_runs, runs),
             "",
+            *best_strategy_sentences(strategy_runs, runs),
+            "",
         ]
-    for env in envs:
-        parts += [f"![{env}](img/{env}.png)", ""]
     if notes_path is not None and notes_path.exists():
         parts += [notes_path.read_text().strip(), ""]
     return "\n".join(parts)
@@ -425,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     devices = sorted({r.get("device", "?") for rs in runs.values() for r in rs})
     report = write_report(runs, "; ".join(devices), ROOT / "experiments" / "results_notes.md",
                           _load_runs(STRATEGY_RESULTS_DIR))
-    (DOCS / "results.md").write_text(report)
+    (DOCS / "results.md").write_text(with_kept_sections(report, DOCS / "results.md"))
     print(f"wrote {DOCS / 'results.md'}")
 
 
