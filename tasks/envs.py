@@ -51,6 +51,9 @@ from tasks.registry import register_family
 PyTree = Any
 POLICIES = ("mlp", "cnn")
 DEFAULT_HIDDEN_SIZES = {"mlp": (64, 64), "cnn": (64,)}
+IMAGE_MLP_HIDDEN_SIZES = ()
+"""``hidden_sizes=None`` with ``policy="mlp"`` on image observations (MinAtar): a linear policy, which learned
+faster there than MLPs of 16 to 64 x 64 units on 2 CPU cores (docs/results.md, Breakout-MinAtar)."""
 DEFAULT_ACTIVATION = {"mlp": "relu", "cnn": "relu"}
 # action_selection=None: the head per (action space, image observations). Sampled actions on images
 # (MinAtar): its games are nearly deterministic, so argmax members near a plateau tie (docs/tasks.md).
@@ -163,6 +166,11 @@ class EnvTask:
         """The env's ``EnvParams``: its defaults with ``env_params`` applied."""
         env, defaults = make_env(self.env_id, self.env_kwargs)
         return _override_params(defaults, self.env_params)
+
+    @property
+    def image_observations(self) -> bool:
+        """Whether observations are images ``[H, W]`` or ``[H, W, C]`` (MinAtar), not vectors or one-hot categories."""
+        return is_image(self.obs_shape, self.obs_categories)
 
     @property
     def obs_size(self) -> int:
@@ -371,6 +379,11 @@ def check_episode_options(env_id: str, num_episodes, max_steps, policy, policies
     )
 
 
+def is_image(obs_shape: tuple[int, ...], obs_categories: int) -> bool:
+    """Whether observations of ``obs_shape`` (``obs_categories`` 0: arrays, not one-hot) are images."""
+    return obs_categories == 0 and len(obs_shape) in (2, 3)
+
+
 def _head(env_id: str, space, action_selection: str | None, images: bool):
     """The policy head for the action ``space``; ``action_selection=None`` picks the space's default.
 
@@ -433,17 +446,15 @@ def env_factory(env_id: str):
         env_kwargs: dict | None = None,
     ) -> EnvTask:
         num_episodes, max_steps, policy = check_episode_options(env_id, num_episodes, max_steps, policy, POLICIES)
-        hidden_sizes = DEFAULT_HIDDEN_SIZES[policy] if hidden_sizes is None else hidden_sizes
         if isinstance(hidden_sizes, numbers.Integral):
             hidden_sizes = (hidden_sizes,)
-        if not isinstance(hidden_sizes, (tuple, list)) or any(
+        if hidden_sizes is not None and (not isinstance(hidden_sizes, (tuple, list)) or any(
             isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hidden_sizes
-        ):
+        )):
             raise ValueError(
                 f"tasks.make({env_id!r}, hidden_sizes={hidden_sizes!r}): give a tuple of positive ints, "
                 "e.g. (32, 32), or () for a linear policy."
             )
-        hidden_sizes = tuple(int(h) for h in hidden_sizes)
         activation = DEFAULT_ACTIVATION[policy] if activation is None else activation
         activation = check_choice(env_id, "activation", activation, sorted(ACTIVATIONS))
         if obs_norm is not None and not isinstance(obs_norm, bool):
@@ -462,8 +473,11 @@ def env_factory(env_id: str):
         if max_steps is None:
             max_steps = int(gymnax_params.max_steps_in_episode)
         obs_shape, categories = _observation(env_id, env, gymnax_params)
-        images = categories == 0 and len(obs_shape) in (2, 3)
+        images = is_image(obs_shape, categories)
         head = _head(env_id, env.action_space(gymnax_params), action_selection, images)
+        if hidden_sizes is None:
+            hidden_sizes = IMAGE_MLP_HIDDEN_SIZES if images and policy == "mlp" else DEFAULT_HIDDEN_SIZES[policy]
+        hidden_sizes = tuple(int(h) for h in hidden_sizes)
         if obs_norm is None:  # auto: array observations (Salimans et al.), not one-hot encoded categories
             obs_norm = categories == 0
         if policy == "cnn":

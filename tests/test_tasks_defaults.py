@@ -69,3 +69,12 @@ def test_an_unknown_name_is_refused_naming_the_argument_and_the_choices(bad):
     with pytest.raises(ValueError, match=r"tasks\.default_strategy\(name=.*\) is unknown; use one of \['OpenES', "
                                          r"'SNES', 'PGPE', 'ARS', 'SepCMAES'\]"):
         tasks.default_strategy(tasks.make("sphere"), bad)
+
+
+def test_image_observations_get_snes_and_gymnax_vectors_keep_openes():
+    breakout, cartpole = tasks.make("Breakout-MinAtar"), tasks.make("CartPole-v1")
+    assert breakout.image_observations and not cartpole.image_observations
+    assert tasks.defaults.recommended(breakout) == "SNES"
+    check_documented(tasks.default_strategy(breakout), "SNES", ENV_DOCUMENTED["SNES"])
+    assert type(tasks.default_strategy(cartpole)) is es.OpenES
+    assert breakout.policy.head.selection == "categorical"  # sampled actions: members of a plateau do not tie
