@@ -13,7 +13,7 @@ RECOMMENDED_GYMNASIUM = "ARS"
 """... on gymnasium tasks (``tasks.make("gymnasium:<id>")``): Mania et al. 2018's linear policies."""
 RECOMMENDED_IMAGES = "SNES"
 """... on gymnax tasks with image observations (MinAtar): its per-parameter scales keep exploring where
-OpenAI-ES's population ties on these nearly deterministic games (docs/results.md, Breakout-MinAtar)."""
+OpenAI-ES stalled on these nearly deterministic games (docs/tasks.md, MinAtar)."""
 
 ENV_DEFAULTS: dict[str, dict] = {
     "OpenES": {"popsize": 256, "sigma": 0.1, "optimizer": {"name": "adam", "learning_rate": 0.03}},

@@ -53,7 +53,7 @@ POLICIES = ("mlp", "cnn")
 DEFAULT_HIDDEN_SIZES = {"mlp": (64, 64), "cnn": (64,)}
 IMAGE_MLP_HIDDEN_SIZES = ()
 """``hidden_sizes=None`` with ``policy="mlp"`` on image observations (MinAtar): a linear policy, which learned
-faster there than MLPs of 16 to 64 x 64 units on 2 CPU cores (docs/results.md, Breakout-MinAtar)."""
+faster there than MLPs of 32 and 64 x 64 units on 2 CPU cores (docs/tasks.md, MinAtar)."""
 DEFAULT_ACTIVATION = {"mlp": "relu", "cnn": "relu"}
 # action_selection=None: the head per (action space, image observations). Sampled actions on images
 # (MinAtar): its games are nearly deterministic, so argmax members near a plateau tie (docs/tasks.md).

@@ -78,3 +78,6 @@ def test_image_observations_get_snes_and_gymnax_vectors_keep_openes():
     check_documented(tasks.default_strategy(breakout), "SNES", ENV_DOCUMENTED["SNES"])
     assert type(tasks.default_strategy(cartpole)) is es.OpenES
     assert breakout.policy.head.selection == "categorical"  # sampled actions: members of a plateau do not tie
+    assert breakout.policy.hidden_sizes == () and cartpole.policy.hidden_sizes == (64, 64)  # linear on images
+    assert tasks.make("Breakout-MinAtar", policy="cnn").policy.hidden_sizes == (64,)
+    assert tasks.make("Breakout-MinAtar", hidden_sizes=(32,)).policy.hidden_sizes == (32,)
