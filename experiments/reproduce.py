@@ -255,8 +255,9 @@ def _by_strategy(env: str, strategy_runs: dict[str, list[dict]], runs: dict[str,
     by_strategy: dict[str, list[dict]] = {}
     for run in strategy_runs[env]:
         by_strategy.setdefault(_strategy_name(run), []).append(run)
+    compared = set(by_strategy)
     for run in runs.get(env, []):
-        if _strategy_name(run) not in {_strategy_name(r) for r in strategy_runs[env]}:
+        if _strategy_name(run) not in compared:
             by_strategy.setdefault(_strategy_name(run), []).append(run)
     return by_strategy
 
