@@ -125,3 +125,16 @@ def test_minimising_equals_maximising_the_negated_fitness():
         minimising = type(strategy)(**{**{f: getattr(strategy, f) for f in strategy.fields()}, "maximize": False})
         _, _, _, down = one_generation(minimising, fitness=-fitness)
         np.testing.assert_array_equal(np.asarray(down.params), np.asarray(up.params))
+
+
+def test_snes_temperature_uses_the_weights_of_lange_et_al_favouring_the_better_half():
+    sigma, t = 0.3, 30.0
+    population, fitness, state, new = one_generation(es.SNES(popsize=P, sigma=sigma, temperature=t))
+    z = (population - MEAN) / sigma
+    ranks = scipy.stats.rankdata(-fitness, method="ordinal")  # 1 = best (no ties here)
+    raw = np.exp(-20.0 / (1.0 + np.exp(-t * ((ranks - 1) / (P - 1) - 0.5))))
+    u = raw / raw.sum()
+    assert u[ranks <= P // 2].sum() > 0.99  # the better half carries (almost) all the weight
+    eta_sigma = (3 + math.log(D)) / (5 * math.sqrt(D))
+    close(new.params, MEAN + sigma * (u @ z))
+    close(new.strategy_state.sigma, sigma * np.exp(eta_sigma / 2 * (u @ (z**2 - 1))))

@@ -15,6 +15,16 @@ and the natural-gradient steps (``Sums.linear`` with ``a_i = u_i``,
 
 Defaults ``eta_mu = 1`` and ``eta_sigma = (3 + ln d) / (5 sqrt d)`` for ``d``
 parameters, as in both papers.
+
+With ``temperature=t`` the utilities are instead the recombination weights of
+Lange et al. (2023, "Discovering evolution strategies via meta-black-box
+optimization"), evosax's ``SNES(temperature=...)`` that NeuroEvoBench tuned
+(Breakout: ``t = 30``). With ``r_k = (k - 1) / (lambda - 1) - 1/2``::
+
+    u_k = softmax_k(-20 * sigmoid(t * r_k))       # positive, sum to 1
+
+A large ``t`` weighs the better half of the members almost equally and the
+worse half not at all (truncation selection).
 """
 
 from __future__ import annotations
@@ -38,8 +48,12 @@ class SNESState(NamedTuple):
     sigma: jax.Array
 
 
-def utilities(popsize: int) -> jax.Array:
-    """float32[popsize]: the utility of each rank, best first (they sum to 0)."""
+def utilities(popsize: int, temperature: float | jax.Array | None = None) -> jax.Array:
+    """float32[popsize]: the utility of each rank, best first (NES's: they sum to 0; with a
+    ``temperature``, the discovered weights of Lange et al. 2023: positive, they sum to 1)."""
+    if temperature is not None:
+        centred = jnp.arange(popsize, dtype=jnp.float32) / (popsize - 1) - 0.5
+        return jax.nn.softmax(-20.0 * jax.nn.sigmoid(temperature * centred))
     ranks = jnp.arange(1, popsize + 1, dtype=jnp.float32)
     raw = jnp.maximum(0.0, math.log(popsize / 2 + 1) - jnp.log(ranks))
     return raw / jnp.sum(raw) - 1.0 / popsize
@@ -59,6 +73,9 @@ class SNES(Strategy):
       antithetic: sample mirrored pairs ``mu +- sigma z``.
       maximize: whether the fitness is to be maximised.
       noise: ``es.GaussianNoise()`` or ``es.NoiseTable(...)``.
+      temperature: ``None`` for NES's utilities, or ``t > 0`` for the
+        discovered weights above (evosax's SNES ``temperature``; 12-30 are
+        typical, larger is closer to equal weights on the better half).
     """
 
     popsize: int
@@ -68,6 +85,7 @@ class SNES(Strategy):
     antithetic: bool = False
     maximize: bool = True
     noise: noise_lib.NoiseSource = noise_lib.GaussianNoise()
+    temperature: float | None = None
 
     uses_squares = True
 
@@ -76,6 +94,8 @@ class SNES(Strategy):
         self._set("learning_rate", validation.check_float("SNES", "learning_rate", self.learning_rate, positive=True))
         self._set("sigma_learning_rate", validation.check_optional_float(
             "SNES", "sigma_learning_rate", self.sigma_learning_rate, positive=True, example="0.1, or None"))
+        self._set("temperature", validation.check_optional_float(
+            "SNES", "temperature", self.temperature, positive=True, example="30.0, or None"))
 
     def sigma_rate(self, dim: int) -> float | jax.Array:
         """``eta_sigma`` for ``dim`` parameters."""
@@ -93,7 +113,7 @@ class SNES(Strategy):
         return strategy_state.sigma
 
     def coefficients(self, strategy_state: SNESState, fitness: jax.Array) -> Coefficients:
-        u = shaping.rank_weights(fitness, utilities(self.popsize), self.maximize)
+        u = shaping.rank_weights(fitness, utilities(self.popsize, self.temperature), self.maximize)
         return Coefficients(linear=u, square=u)
 
     def update(self, state: State, coefficients: Coefficients, sums: Sums):
