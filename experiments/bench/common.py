@@ -81,12 +81,13 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
-def write_results(out: str, rows: list[dict], text: str) -> None:
-    """Print ``text`` (a markdown table) and write ``out`` (JSON: the machine and ``rows``) and ``out``'s ``.md``."""
+def write_results(out: str, rows: list[dict], text: str, extra: dict | None = None) -> None:
+    """Print ``text`` (a markdown table) and write ``out`` (JSON: the machine, ``rows`` and ``extra``'s keys)
+    and ``out``'s ``.md``."""
     print()
     print(text)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
-        json.dump({"machine": machine_description(), "rows": rows}, f, indent=1)
+        json.dump({"machine": machine_description(), "rows": rows, **(extra or {})}, f, indent=1)
     with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write(text + "\n")

@@ -16,6 +16,14 @@ adding devices costs: the redundant-work factor ``CPU(n) / CPU(1)`` is 1 when
 the devices split the work and ``n`` when each of them repeats all of it.
 Target: <= 1.3 at 8 devices for ``exchange="sharded"``.
 
+``--one-core`` runs every child on one core (``os.sched_setaffinity``), so 1
+and 8 devices get the same hardware: 8 emulated devices then take turns on
+that core instead of 8 threads contending for 2 cores' caches and memory
+bandwidth with XLA's intra-op threads, which real devices would not do.
+``--rounds R`` runs the device counts R times in turn (1, 8, 1, 8, ...) and
+reports each cell's median over the rounds: the machines are shared, and
+a cheap generation's CPU time varies by 20-40% from one child to the next.
+
 Problems:
   update: 1e6 params (``--params``), popsize 256, a sphere (cheap fitness):
     the update's noise dominates.
@@ -76,7 +84,9 @@ def _cost(fn, repeats: int) -> tuple[float, float]:
 
 
 def child(num_devices: int, problems: list[str], sources: list[str], modes: list[str], popsize: int,
-          num_params: int, repeats: int, generations: tuple[int, int] | None = None) -> dict:
+          num_params: int, repeats: int, generations: tuple[int, int] | None = None, one_core: bool = False) -> dict:
+    if one_core:  # before JAX starts its threads, which inherit the affinity
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     import jax
     import optax
 
@@ -106,6 +116,7 @@ def child(num_devices: int, problems: list[str], sources: list[str], modes: list
                 model = next(c for c in report.costs if c.mode == mode)
                 row = {"problem": problem, "params": dim, "popsize": popsize, "source": source, "mode": mode,
                        "devices": num_devices, "generations": [g1, g2], "repeats": repeats,
+                       "cores": len(os.sched_getaffinity(0)),
                        "cpu_s_per_gen": cpu, "wall_s_per_gen": wall,
                        "bytes_per_gen": model.bytes, "update_floats_per_device": model.update_floats,
                        "eval_floats_per_device": model.eval_floats}
@@ -149,33 +160,53 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--generations", type=int, nargs=2, metavar=("G1", "G2"),
                         help="generations per call (default: 1 3 for update, 2 6 for eval); more for cheap generations")
+    parser.add_argument("--one-core", action="store_true", help="run every child on one core (see above)")
+    parser.add_argument("--rounds", type=int, default=1, help="run the device counts this many times in turn")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "scaling.json"))
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.problems, args.sources, args.modes, args.popsize, args.params,
-                               args.repeats, tuple(args.generations) if args.generations else None)))
+                               args.repeats, tuple(args.generations) if args.generations else None,
+                               args.one_core)))
         return
 
-    print(f"# scaling over emulated CPU devices; machine: {machine_description()}", flush=True)
-    rows = []
-    for num_devices in args.devices:
-        result = run_child(
-            "experiments.bench.scaling",
-            ["--child", str(num_devices), "--problems", *args.problems, "--sources", *args.sources,
-             "--modes", *args.modes, "--popsize", str(args.popsize), "--params", str(args.params),
-             "--repeats", str(args.repeats),
-             *(["--generations", *map(str, args.generations)] if args.generations else [])],
-            timeout=7200,
-            env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={num_devices}"},
-        )
-        if "error" in result:
-            print(f"{num_devices} devices: {result['error']}", flush=True)
-            continue
-        rows += result["rows"]
-        print(f"# {num_devices} device(s) done", flush=True)
+    cores = "one core per child" if args.one_core else f"{len(os.sched_getaffinity(0))} cores"
+    print(f"# scaling over emulated CPU devices ({cores}); machine: {machine_description()}", flush=True)
+    rounds = []
+    for round_index in range(args.rounds):
+        for num_devices in args.devices:
+            result = run_child(
+                "experiments.bench.scaling",
+                ["--child", str(num_devices), "--problems", *args.problems, "--sources", *args.sources,
+                 "--modes", *args.modes, "--popsize", str(args.popsize), "--params", str(args.params),
+                 "--repeats", str(args.repeats), *(["--one-core"] if args.one_core else []),
+                 *(["--generations", *map(str, args.generations)] if args.generations else [])],
+                timeout=7200,
+                env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={num_devices}"},
+            )
+            if "error" in result:
+                print(f"{num_devices} devices: {result['error']}", flush=True)
+                continue
+            rounds += [{**row, "round": round_index} for row in result["rows"]]
+            print(f"# round {round_index + 1}/{args.rounds}: {num_devices} device(s) done", flush=True)
+    rows = median_over_rounds(rounds)
     text = table(rows)
-    write_results(args.out, rows, text)
+    write_results(args.out, rows, text, extra={"rounds": rounds} if args.rounds > 1 else None)
+
+
+def median_over_rounds(rows: list[dict]) -> list[dict]:
+    """One row per (problem, source, mode, devices): the median CPU and wall seconds over its rounds."""
+    cells: dict[tuple, list[dict]] = {}
+    for row in rows:
+        cells.setdefault((row["problem"], row["source"], row["mode"], row["devices"]), []).append(row)
+    merged = []
+    for runs in cells.values():
+        merged.append({**{k: v for k, v in runs[0].items() if k != "round"}, "rounds": len(runs),
+                       "cpu_s_per_gen": median([r["cpu_s_per_gen"] for r in runs]),
+                       "wall_s_per_gen": median([r["wall_s_per_gen"] for r in runs]),
+                       "cpu_s_per_gen_rounds": [r["cpu_s_per_gen"] for r in runs]})
+    return merged
 
 
 if __name__ == "__main__":
