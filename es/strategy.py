@@ -106,10 +106,15 @@ class Strategy:
       program structure, not a number: the maths asks ``switched_on(name)``,
       which stays a Python bool when ``es.evolve_many`` traces the value, and
       the runs of one sweep must agree on it.
+    - ``later_fields``: settings added after runs were checkpointed with the
+      strategy, each with the value that means "as before"; ``describe``
+      leaves a setting out while it holds that value, so those checkpoints,
+      whose description lacks it, still resume.
     """
 
     uses_squares: ClassVar[bool] = False
     switches: ClassVar[tuple[str, ...]] = ()
+    later_fields: ClassVar[dict[str, Any]] = {}
 
     def __new__(cls, *args, **kwargs):
         moved = [name for name in EXECUTION_ARGUMENTS if name in kwargs]
@@ -183,6 +188,8 @@ class Strategy:
         described = {"name": type(self).__name__}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if field.name in self.later_fields and value == self.later_fields[field.name]:
+                continue
             if value is None or isinstance(value, (bool, int, float, str)):
                 described[field.name] = value
             elif isinstance(value, noise_lib.NOISE_SOURCES):

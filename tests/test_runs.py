@@ -267,3 +267,16 @@ def test_resume_refuses_another_strategy_setting_or_batch_size(tmp_path):
         run(tmp_path, 8, resume=True, update_batch_size=3)
     resumed = run(tmp_path, 8, resume=True, mesh=es.make_mesh(8))  # the mesh may change
     chex.assert_trees_all_equal(resumed.state, reference(8)[0])
+
+
+def test_an_snes_run_checkpointed_before_temperature_existed_resumes_and_a_set_temperature_is_checked(tmp_path):
+    snes = es.SNES(popsize=8, sigma=0.1)
+    assert "temperature" not in snes.describe()  # what checkpoints written before the setting existed hold
+    assert es.SNES(popsize=8, sigma=0.1, temperature=30.0).describe()["temperature"] == 30.0
+    state = snes.init(jax.random.key(0), jnp.ones(4))
+    kwargs = dict(run_dir=tmp_path, segment=SEGMENT, config=CONFIG, progress=False)
+    es.run(snes, sphere, state, 4, **kwargs)
+    resumed = es.run(snes, sphere, state, 6, resume=True, **kwargs)
+    assert int(resumed.state.generation) == 6
+    with pytest.raises(es.CheckpointError, match=r"strategy.temperature is only in this run \(30.0\)"):
+        es.run(es.SNES(popsize=8, sigma=0.1, temperature=30.0), sphere, state, 8, resume=True, **kwargs)

@@ -88,6 +88,7 @@ class SNES(Strategy):
     temperature: float | None = None
 
     uses_squares = True
+    later_fields = {"temperature": None}  # SNES runs checkpointed before it existed still resume
 
     def __post_init__(self):
         self.check_common()
