@@ -283,7 +283,7 @@ def _settings(strategy: dict) -> str:
             items.append(f"{key}={value['name']}({arguments})")
         else:
             items.append(f"{key}={value!r}")
-    return f"es.{strategy.get('name', 'OpenES')}({', '.join(items)})"
+    return f"es.{strategy['name']}({', '.join(items)})"
 
 
 def with_kept_sections(report: str, page: Path) -> str:
