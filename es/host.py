@@ -35,7 +35,8 @@ finishes the segment and checkpoints, as for any fitness.
 Workers are started from a clean interpreter (the ``forkserver`` method where
 available, else ``spawn``), never forked from this process and its JAX
 threads; ``fn`` travels to them with ``cloudpickle``, so lambdas and closures
-defined in a script or a notebook work. As with any ``multiprocessing``
+defined in a script or a notebook work, and a traceback from a worker still
+quotes ``fn``'s source lines (``es.pickled_code``). As with any ``multiprocessing``
 program, a script that creates the pool must keep its top-level code under
 ``if __name__ == "__main__":``.
 """
@@ -57,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from es import distributed, population, validation
+from es import distributed, pickled_code, population, validation
 
 PyTree = Any
 
@@ -309,7 +310,7 @@ class _Pool:
 
         fn, stateful = settings.fn, settings.stateful
         try:
-            self.payload = cloudpickle.dumps((fn, stateful))
+            self.payload = cloudpickle.dumps((fn, stateful, pickled_code.source_files(fn)))
         except Exception as error:
             raise TypeError(
                 f"es.HostFitness(fn={fn!r}): fn cannot be sent to worker processes: {type(error).__name__}: "
@@ -514,7 +515,9 @@ def _start_worker(payload: bytes, parent: int) -> None:
     import cloudpickle
 
     threading.Thread(target=_watch, args=(parent,), name="es.HostFitness watchdog", daemon=True).start()
-    _WORKER_FN = cloudpickle.loads(payload)
+    fn, stateful, files = cloudpickle.loads(payload)
+    pickled_code.restore_source_files(fn, files)  # tracebacks quote fn's source lines again
+    _WORKER_FN = fn, stateful
 
 
 def _watch(parent: int) -> None:

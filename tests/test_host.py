@@ -122,6 +122,30 @@ def test_fn_raising_is_a_fitness_error_naming_the_generation_member_and_tracebac
     assert "Traceback in the worker process" in message and 'raise ValueError("the simulator diverged")' in message
 
 
+def test_functions_pickled_by_value_get_their_source_file_back_for_worker_tracebacks():
+    import functools
+
+    import cloudpickle
+
+    from es import pickled_code
+
+    def helper(x):
+        return sum(map(lambda v: v * 2, x))  # a nested code object
+
+    def simulate(params, seed, scale):
+        return helper(params) * scale
+
+    fn = functools.partial(simulate, scale=3.0)
+    files = pickled_code.source_files(fn)
+    loaded = cloudpickle.loads(cloudpickle.dumps(fn))  # local functions always travel by value
+    pickled_code.restore_source_files(loaded, files)
+
+    restored_helper = loaded.func.__closure__[0].cell_contents  # simulate's one free variable: helper
+    lambda_code = next(c for c in restored_helper.__code__.co_consts if hasattr(c, "co_filename"))
+    assert {loaded.func.__code__.co_filename, restored_helper.__code__.co_filename, lambda_code.co_filename} == {__file__}
+    assert loaded(np.array([1.0, 2.0]), 0) == 18.0
+
+
 @pytest.mark.parametrize("death", ["exit", "segfault"])
 def test_a_worker_that_dies_is_a_fitness_error_and_leaves_no_process(tmp_path, death):
     def dies(params, seed):
