@@ -18,7 +18,6 @@ evaluations excluded), and the held-out return at the end of the run
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 
@@ -49,7 +48,7 @@ def check(env_id: str, strategy_name: str | None, seed: int, generations: int, e
     task = tasks.make(env_id)
     strategy = strategy or tasks.default_strategy(task, strategy_name)
     fitness, state = initial_state(task, strategy, seed)  # as python -m experiments.train starts
-    evaluate = jax.jit(dataclasses.replace(task, num_episodes=HELD_OUT_EPISODES).mean_return)
+    evaluate = jax.jit(task.held_out(HELD_OUT_EPISODES).mean_return)
     held_out = jax.random.key(10**6 + seed)
     curve = [(0, float(evaluate(state.params, held_out, state.fitness_state)))]
     training_s, first, first_s = 0.0, None, None

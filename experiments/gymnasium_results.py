@@ -22,7 +22,6 @@ Run each seed as its own job on a shared machine:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -70,7 +69,7 @@ def run(env_id: str, seed: int, generations: int, max_minutes: float, num_worker
     task = tasks.make(f"gymnasium:{env_id}", num_workers=num_workers)
     strategy = tasks.default_strategy(task)
     state = strategy.init(jax.random.key(seed), task.init_params(jax.random.key(seed)), fitness=task.fitness)
-    curve_task = dataclasses.replace(task, num_episodes=CURVE_EPISODES)
+    curve_task = task.held_out(CURVE_EPISODES)
     curve = []
     start = time.perf_counter()
     stopped_by_time = False
@@ -92,7 +91,7 @@ def run(env_id: str, seed: int, generations: int, max_minutes: float, num_worker
             break
     train_s = time.perf_counter() - start
     task.fitness.close()
-    held_out = dataclasses.replace(task, num_episodes=EVAL_EPISODES)
+    held_out = task.held_out(EVAL_EPISODES)
     eval_return = held_out.mean_return(state.params, jax.random.key(EVAL_SEED_OFFSET + seed), state.fitness_state)
     return {
         "env_id": env_id,

@@ -46,7 +46,7 @@ def run(env: str, noise: str, seed: int, generations: int, segment: int, eval_ep
     if noise == "lowrank":
         strategy = dataclasses.replace(strategy, noise=es.LowRankNoise(rank=1, factored=True))
     fitness, state = config_lib.initial_state(task, strategy, seed)
-    evaluate = jax.jit(dataclasses.replace(task, num_episodes=eval_episodes).mean_return)
+    evaluate = jax.jit(task.held_out(eval_episodes).mean_return)
     eval_key = jax.random.key(10_000 + seed)  # never used in training
     mesh = es.make_mesh(1)
     curve, wall, done = [], 0.0, 0

@@ -19,7 +19,6 @@ rebuilt from those files.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import glob
 import json
 import os
@@ -130,9 +129,9 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     fitness = task.counting_fitness
     states = [initial_state(task, strategy, seed, fitness=fitness)[1] for seed in seeds]
 
-    curve_eval = jax.jit(dataclasses.replace(task, num_episodes=CURVE_EPISODES).mean_return)
-    reference_eval = jax.jit(dataclasses.replace(task, num_episodes=REFERENCE_TEST_EPISODES).mean_return)
-    final_task = dataclasses.replace(task, num_episodes=eval_episodes)
+    curve_eval = jax.jit(task.held_out(CURVE_EPISODES).mean_return)
+    reference_eval = jax.jit(task.held_out(REFERENCE_TEST_EPISODES).mean_return)
+    final_task = task.held_out(eval_episodes)
     eval_keys = [jax.random.key(EVAL_KEY_OFFSET + seed) for seed in seeds]
     # unused by the curve and the final evaluation
     reference_keys = [jax.random.fold_in(key, FINAL_EVAL_INDEX + 1) for key in eval_keys]

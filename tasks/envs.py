@@ -142,6 +142,11 @@ class EnvTask:
         observation's shape, or ``(n,)`` for one-hot encoded ones).
       obs_categories: for a ``Discrete`` observation space, its size
         (observations are one-hot encoded); 0 for boxes.
+      random_start_actions: ``N >= 0``; each episode starts with ``n ~ U{0..N}``
+        uniformly random actions before the policy acts (the "random starts"
+        of Mnih et al. 2015 and Salimans et al. 2017), so that a policy cannot
+        memorise a routine for a few deterministic start states (MinAtar
+        Breakout has two). A training setting: ``held_out`` evaluates without.
     """
 
     env_id: str
@@ -153,6 +158,7 @@ class EnvTask:
     env_params: tuple[tuple[str, Any], ...] = ()
     obs_shape: tuple[int, ...] = ()
     obs_categories: int = 0
+    random_start_actions: int = 0
 
     # ------------------------------------------------------------- environment
 
@@ -217,12 +223,19 @@ class EnvTask:
             out = out._replace(obs_stats=obsnorm.combine(out.obs_stats))
         return out
 
+    def held_out(self, num_episodes: int) -> EnvTask:
+        """This task as it is evaluated: ``num_episodes`` episodes on the standard env (no random start actions)."""
+        return dataclasses.replace(self, num_episodes=num_episodes, random_start_actions=0)
+
     def _episode(self, params: PyTree, key: jax.Array, stats: obsnorm.ObsStats | None) -> Rollouts:
         env, env_params = self.env, self.gymnax_params
         reset_key, run_key = jax.random.split(key)
         obs, env_state = env.reset(reset_key, env_params)
         normalize_with = stats if self.obs_norm else None
         seen = obsnorm.init(self.obs_size) if stats is not None else None
+        if self.random_start_actions:  # n ~ U{0..N} random actions first (the episode's own draw)
+            num_random = jax.random.randint(jax.random.fold_in(reset_key, 1), (), 0, self.random_start_actions + 1)
+            action_space = env.action_space(env_params)
 
         def cond(carry):
             t, alive = carry[0], carry[1]
@@ -235,6 +248,9 @@ class EnvTask:
             if seen is not None:
                 seen = obsnorm.add(seen, self.features(obs), weight)
             action = self.act(params, obs, action_key, normalize_with)
+            if self.random_start_actions:
+                random_action = action_space.sample(jax.random.fold_in(action_key, 1))
+                action = jnp.where(t < num_random, random_action, action)
             obs, env_state, reward, terminated, truncated, _ = env.step(step_key, env_state, action, env_params)
             total = total + weight * jnp.reshape(reward, ()).astype(jnp.float32)
             length = length + alive.astype(jnp.int32)
@@ -362,19 +378,20 @@ def check_choice(env_id: str, option: str, value, choices) -> str:
     return value
 
 
-def check_positive_int(env_id: str, option: str, value, allow_none: bool = False):
+def check_int_option(env_id: str, option: str, value, minimum: int = 1, allow_none: bool = False):
+    """``int(value)`` if it is an int >= ``minimum`` (or ``None`` when allowed), else a ValueError naming ``option``."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"tasks.make({env_id!r}, {option}={value!r}): {option} must be a positive int.")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"tasks.make({env_id!r}, {option}={value!r}): {option} must be an int >= {minimum}.")
     return int(value)
 
 
 def check_episode_options(env_id: str, num_episodes, max_steps, policy, policies) -> tuple[int, int | None, str]:
     """The options every environment task shares: ``(num_episodes, max_steps or None, policy)``, checked."""
     return (
-        check_positive_int(env_id, "num_episodes", num_episodes),
-        check_positive_int(env_id, "max_steps", max_steps, allow_none=True),
+        check_int_option(env_id, "num_episodes", num_episodes),
+        check_int_option(env_id, "max_steps", max_steps, allow_none=True),
         check_choice(env_id, "policy", policy, policies),
     )
 
@@ -444,8 +461,10 @@ def env_factory(env_id: str):
         output_scale: float = 0.01,
         env_params: dict | None = None,
         env_kwargs: dict | None = None,
+        random_start_actions: int = 0,
     ) -> EnvTask:
         num_episodes, max_steps, policy = check_episode_options(env_id, num_episodes, max_steps, policy, POLICIES)
+        random_start_actions = check_int_option(env_id, "random_start_actions", random_start_actions, minimum=0)
         if isinstance(hidden_sizes, numbers.Integral):
             hidden_sizes = (hidden_sizes,)
         if hidden_sizes is not None and (not isinstance(hidden_sizes, (tuple, list)) or any(
@@ -461,7 +480,7 @@ def env_factory(env_id: str):
             raise TypeError(
                 f"tasks.make({env_id!r}, obs_norm={obs_norm!r}): obs_norm must be True, False or None (auto)."
             )
-        conv_channels = check_positive_int(env_id, "conv_channels", conv_channels)
+        conv_channels = check_int_option(env_id, "conv_channels", conv_channels)
         if isinstance(output_scale, bool) or not isinstance(output_scale, numbers.Real) or not output_scale > 0:
             raise ValueError(f"tasks.make({env_id!r}, output_scale={output_scale!r}): must be a float > 0.")
         kwargs_pairs = option_pairs(env_id, "env_kwargs", env_kwargs)
@@ -489,7 +508,8 @@ def env_factory(env_id: str):
             net = CNNPolicy(obs_shape, head, conv_channels, 3, hidden_sizes, activation, float(output_scale))
         else:
             net = MLPPolicy(math.prod(obs_shape), head, hidden_sizes, activation, float(output_scale))
-        return EnvTask(env_id, net, num_episodes, max_steps, obs_norm, kwargs_pairs, params_pairs, obs_shape, categories)
+        return EnvTask(env_id, net, num_episodes, max_steps, obs_norm, kwargs_pairs, params_pairs, obs_shape, categories,
+                       random_start_actions)
 
     factory.__doc__ = f"{env_id}: a policy's mean episode return (see tasks.envs.EnvTask)."
     return factory

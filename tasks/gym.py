@@ -4,7 +4,7 @@
     params = task.init_params(key)                    # {"out": {"w": f32[obs, act], "b": f32[act]}}: linear
     state = strategy.init(key, params, fitness=task.fitness)
     state, metrics = es.evolve(strategy, task.fitness, state, 100)     # task.fitness: an es.HostFitness
-    held_out = dataclasses.replace(task, num_episodes=10).mean_return(state.params, key, state.fitness_state)
+    held_out = task.held_out(10).mean_return(state.params, key, state.fitness_state)
 
 The environments run in numpy, outside JAX, so ``task.fitness`` is an
 ``es.HostFitness``: every member's episodes run in one of the worker
@@ -213,6 +213,10 @@ class GymTask:
             self.evaluate, self.num_workers, self.timeout_s,
             init=self.init_fitness_state, update=update_fitness_state, stats=stats,
         )
+
+    def held_out(self, num_episodes: int) -> GymTask:
+        """This task as it is evaluated: ``num_episodes`` episodes (``mean_return`` runs them in this process)."""
+        return dataclasses.replace(self, num_episodes=num_episodes)
 
     def mean_return(self, params: PyTree, key: jax.Array, fitness_state: EnvFitnessState | None = None) -> float:
         """Mean return over ``num_episodes`` episodes, run in this process (the env's own reward).

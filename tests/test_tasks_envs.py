@@ -186,12 +186,28 @@ def test_options_are_static_hashable_and_validated():
         tasks.make("CartPole-v1", policy="cnn")
     with pytest.raises(ValueError, match="use one of"):
         tasks.make("CartPole-v1", activation="softplus")
-    with pytest.raises(ValueError, match="num_episodes must be a positive int"):
+    with pytest.raises(ValueError, match="num_episodes must be an int >= 1"):
         tasks.make("CartPole-v1", num_episodes=0)
     with pytest.raises(ValueError, match="unknown task 'CartPole-v2'"):
         tasks.make("CartPole-v2")
     with pytest.raises(ValueError, match="pass the running statistics"):
         tasks.make("CartPole-v1", obs_norm=True).mean_return(a.init_params(jax.random.key(0)), jax.random.key(0))
+
+
+def test_random_start_actions_vary_breakouts_two_starts_in_training_and_held_out_evaluates_without():
+    standard = tasks.make("Breakout-MinAtar", num_episodes=256, action_selection="argmax", obs_norm=False)
+    varied = tasks.make("Breakout-MinAtar", num_episodes=256, action_selection="argmax", obs_norm=False,
+                        random_start_actions=30)
+    params = jax.tree.map(jnp.zeros_like, standard.init_params(jax.random.key(0)))  # argmax of 0s: always no-op
+    lengths = {name: set(np.asarray(jax.jit(task.rollout)(params, jax.random.key(1)).lengths).tolist())
+               for name, task in [("standard", standard), ("varied", varied)]}
+    # The no-op policy loses the ball after 6 or 16 steps from Breakout's two starts; moved first, it returns some.
+    assert lengths["standard"] == {6, 16} and len(lengths["varied"]) > 2 and max(lengths["varied"]) > 16
+    assert varied.held_out(16) == dataclasses.replace(standard, num_episodes=16)
+    assert tasks.make("Breakout-MinAtar", random_start_actions=0) == tasks.make("Breakout-MinAtar")
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=r"random_start_actions=.*must be an int >= 0"):
+            tasks.make("Breakout-MinAtar", random_start_actions=bad)
 
 
 @pytest.mark.parametrize("option", ["activation", "policy", "action_selection"])
@@ -269,7 +285,7 @@ def test_env_task_results_are_bit_identical_on_1_and_8_devices(cartpole_runs):
 def test_short_es_run_improves_cartpole(cartpole_runs):
     task, _, start, runs = cartpole_runs
     final, metrics = runs[1]
-    evaluate = jax.jit(dataclasses.replace(task, num_episodes=16).mean_return)
+    evaluate = jax.jit(task.held_out(16).mean_return)
     before = float(evaluate(start.params, jax.random.key(7), start.fitness_state))
     after = float(evaluate(final.params, jax.random.key(7), final.fitness_state))
     # (The first generations drop below the initial policy while the running statistics move
@@ -283,7 +299,7 @@ def test_short_es_run_improves_pendulum():
     strategy = tasks.default_strategy(task)
     state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(1)), fitness=task.fitness)
     final, metrics = es.evolve(strategy, task.fitness, state, 40)
-    evaluate = jax.jit(dataclasses.replace(task, num_episodes=32).mean_return)
+    evaluate = jax.jit(task.held_out(32).mean_return)
     before = float(evaluate(state.params, jax.random.key(7), state.fitness_state))
     after = float(evaluate(final.params, jax.random.key(7), final.fitness_state))
     assert after > before + 200, (before, after)

@@ -1,6 +1,5 @@
 """gymnasium tasks: the Task interface, numpy policies, observation statistics, refused spaces."""
 
-import dataclasses
 
 import gymnasium
 import jax
@@ -39,7 +38,7 @@ def test_a_gymnasium_task_has_the_task_interface():
     assert task.fitness is task.fitness  # one pool per task object
     state = tasks.default_strategy(task).init(jax.random.key(1), params, fitness=task.fitness)
     assert float(state.fitness_state.env_steps) == 0.0 and float(state.fitness_state.obs.count) == 0.0
-    held_out = dataclasses.replace(task, num_episodes=3)
+    held_out = task.held_out(3)
     assert held_out.num_episodes == 3
     value = held_out.mean_return(params, jax.random.key(2), state.fitness_state)
     assert value == held_out.mean_return(params, jax.random.key(2), state.fitness_state)  # seeded by the key
