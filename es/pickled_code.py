@@ -78,9 +78,17 @@ def _names_used(code: types.CodeType) -> set[str]:
 
 
 def source_files(fn: Callable) -> dict[tuple[str, int], str]:
-    """``{(co_qualname, co_firstlineno): co_filename}`` for every code object ``fn`` reaches."""
-    return {(code.co_qualname, code.co_firstlineno): code.co_filename
-            for function in _functions_reached(fn) for code in _codes(function.__code__)}
+    """``{(co_qualname, co_firstlineno): co_filename}`` for every code object ``fn`` reaches.
+
+    Best effort, like ``restore_source_files``: file names only make
+    tracebacks readable, so an object the walk does not expect gives ``{}``
+    rather than an error.
+    """
+    try:
+        return {(code.co_qualname, code.co_firstlineno): code.co_filename
+                for function in _functions_reached(fn) for code in _codes(function.__code__)}
+    except Exception:  # noqa: BLE001 (cosmetic: never stop a run over a file name)
+        return {}
 
 
 def _restored(code: types.CodeType, files: dict[tuple[str, int], str]) -> types.CodeType:
@@ -92,7 +100,10 @@ def _restored(code: types.CodeType, files: dict[tuple[str, int], str]) -> types.
 
 
 def restore_source_files(fn: Callable, files: dict[tuple[str, int], str]) -> None:
-    """Give the unpickled functions ``fn`` reaches their file names back (in place; others untouched)."""
-    for function in _functions_reached(fn):
-        if any(code.co_filename == DYNAMIC_FILENAME for code in _codes(function.__code__)):
-            function.__code__ = _restored(function.__code__, files)
+    """Give the unpickled functions ``fn`` reaches their file names back (in place; best effort)."""
+    try:
+        for function in _functions_reached(fn):
+            if any(code.co_filename == DYNAMIC_FILENAME for code in _codes(function.__code__)):
+                function.__code__ = _restored(function.__code__, files)
+    except Exception:  # noqa: BLE001 (cosmetic: a worker evaluates fn with or without its file names)
+        pass
