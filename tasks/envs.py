@@ -359,9 +359,9 @@ def _check_env_params(env_id: str, defaults, overrides) -> None:
         if isinstance(old, bool):
             continue  # bools and arrays are passed on as before
         if isinstance(old, numbers.Integral):
-            expected, ok = "an int", isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            expected, ok = "an int", es.validation.is_int(value)
         elif isinstance(old, numbers.Real):
-            expected, ok = "a real number", isinstance(value, numbers.Real) and not isinstance(value, bool)
+            expected, ok = "a real number", es.validation.is_real(value)
         else:
             continue
         if not ok:
@@ -382,9 +382,20 @@ def check_int_option(env_id: str, option: str, value, minimum: int = 1, allow_no
     """``int(value)`` if it is an int >= ``minimum`` (or ``None`` when allowed), else a ValueError naming ``option``."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    if not es.validation.is_int(value) or value < minimum:
         raise ValueError(f"tasks.make({env_id!r}, {option}={value!r}): {option} must be an int >= {minimum}.")
     return int(value)
+
+
+def check_hidden_sizes(env_id: str, hidden_sizes, example: str) -> tuple[int, ...]:
+    """``hidden_sizes`` as a tuple of ints >= 1 (a tuple or list of them), else a ValueError showing ``example``."""
+    if not isinstance(hidden_sizes, (tuple, list)) or any(
+        not es.validation.is_int(h) or h < 1 for h in hidden_sizes
+    ):
+        raise ValueError(
+            f"tasks.make({env_id!r}, hidden_sizes={hidden_sizes!r}): give a tuple of positive ints, {example}."
+        )
+    return tuple(int(h) for h in hidden_sizes)
 
 
 def check_episode_options(env_id: str, num_episodes, max_steps, policy, policies) -> tuple[int, int | None, str]:
@@ -465,15 +476,10 @@ def env_factory(env_id: str):
     ) -> EnvTask:
         num_episodes, max_steps, policy = check_episode_options(env_id, num_episodes, max_steps, policy, POLICIES)
         random_start_actions = check_int_option(env_id, "random_start_actions", random_start_actions, minimum=0)
-        if isinstance(hidden_sizes, numbers.Integral):
+        if es.validation.is_int(hidden_sizes):
             hidden_sizes = (hidden_sizes,)
-        if hidden_sizes is not None and (not isinstance(hidden_sizes, (tuple, list)) or any(
-            isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hidden_sizes
-        )):
-            raise ValueError(
-                f"tasks.make({env_id!r}, hidden_sizes={hidden_sizes!r}): give a tuple of positive ints, "
-                "e.g. (32, 32), or () for a linear policy."
-            )
+        if hidden_sizes is not None:
+            hidden_sizes = check_hidden_sizes(env_id, hidden_sizes, "e.g. (32, 32), or () for a linear policy")
         activation = DEFAULT_ACTIVATION[policy] if activation is None else activation
         activation = check_choice(env_id, "activation", activation, sorted(ACTIVATIONS))
         if obs_norm is not None and not isinstance(obs_norm, bool):
@@ -481,7 +487,7 @@ def env_factory(env_id: str):
                 f"tasks.make({env_id!r}, obs_norm={obs_norm!r}): obs_norm must be True, False or None (auto)."
             )
         conv_channels = check_int_option(env_id, "conv_channels", conv_channels)
-        if isinstance(output_scale, bool) or not isinstance(output_scale, numbers.Real) or not output_scale > 0:
+        if not es.validation.is_real(output_scale) or not output_scale > 0:
             raise ValueError(f"tasks.make({env_id!r}, output_scale={output_scale!r}): must be a float > 0.")
         kwargs_pairs = option_pairs(env_id, "env_kwargs", env_kwargs)
         params_pairs = option_pairs(env_id, "env_params", env_params)
@@ -496,7 +502,6 @@ def env_factory(env_id: str):
         head = _head(env_id, env.action_space(gymnax_params), action_selection, images)
         if hidden_sizes is None:
             hidden_sizes = IMAGE_MLP_HIDDEN_SIZES if images and policy == "mlp" else DEFAULT_HIDDEN_SIZES[policy]
-        hidden_sizes = tuple(int(h) for h in hidden_sizes)
         if obs_norm is None:  # auto: array observations (Salimans et al.), not one-hot encoded categories
             obs_norm = categories == 0
         if policy == "cnn":

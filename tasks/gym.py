@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 from typing import Any
 
 import jax
@@ -47,7 +46,8 @@ from es import validation
 from es.host import member_seed
 from tasks import obs_norm as obsnorm
 from tasks.envs import (
-    EnvFitnessState, MemberStats, check_choice, check_episode_options, option_pairs, update_fitness_state,
+    EnvFitnessState, MemberStats, check_choice, check_episode_options, check_hidden_sizes, option_pairs,
+    update_fitness_state,
 )
 from tasks.policies import BoxHead, DiscreteHead, MLPPolicy
 from tasks.registry import register_family
@@ -298,9 +298,8 @@ def gym_factory(env_id: str):
         if policy == "linear" and hidden_sizes not in (None, ()):
             raise ValueError(f"tasks.make({name!r}, hidden_sizes={hidden_sizes!r}): a linear policy has no "
                              "hidden layers; use policy='mlp' with hidden_sizes.")
-        hidden_sizes = () if policy == "linear" else tuple(hidden_sizes or DEFAULT_HIDDEN_SIZES)
-        if any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hidden_sizes):
-            raise ValueError(f"tasks.make({name!r}, hidden_sizes={hidden_sizes!r}): give a tuple of positive ints.")
+        hidden_sizes = () if policy == "linear" else hidden_sizes or DEFAULT_HIDDEN_SIZES
+        hidden_sizes = check_hidden_sizes(name, hidden_sizes, "e.g. (64, 64)")
         activation = check_choice(name, "activation", activation, sorted(NUMPY_ACTIVATIONS))
         action_squash = "clip" if action_squash is None and policy == "linear" else action_squash or "tanh"
         action_squash = check_choice(name, "action_squash", action_squash, ACTION_SQUASHES)
@@ -312,7 +311,6 @@ def gym_factory(env_id: str):
         reward_offset = validation.check_float(f"tasks.make({name!r})", "reward_offset", reward_offset)
         output_scale = (0.0 if policy == "linear" else 0.01) if output_scale is None else output_scale
         output_scale = validation.check_float(f"tasks.make({name!r})", "output_scale", output_scale, minimum=0.0)
-        hidden_sizes = tuple(int(h) for h in hidden_sizes)
         num_workers = validation.check_optional_int(f"tasks.make({name!r})", "num_workers", num_workers)
         timeout_s = validation.check_optional_float(f"tasks.make({name!r})", "timeout_s", timeout_s, positive=True)
         kwargs_pairs = option_pairs(name, "env_kwargs", env_kwargs)

@@ -186,6 +186,9 @@ def test_options_are_static_hashable_and_validated():
         tasks.make("CartPole-v1", policy="cnn")
     with pytest.raises(ValueError, match="use one of"):
         tasks.make("CartPole-v1", activation="softplus")
+    for hidden_sizes in ((0,), (True,), "32", 5.0):
+        with pytest.raises(ValueError, match=r"hidden_sizes=.*give a tuple of positive ints"):
+            tasks.make("CartPole-v1", hidden_sizes=hidden_sizes)
     with pytest.raises(ValueError, match="num_episodes must be an int >= 1"):
         tasks.make("CartPole-v1", num_episodes=0)
     with pytest.raises(ValueError, match="unknown task 'CartPole-v2'"):

@@ -94,6 +94,9 @@ def test_bad_options_are_refused_with_the_option_named():
         tasks.make("gymnasium:CartPole-v1", hidden_sizes=(8,))
     with pytest.raises(ValueError, match="num_workers"):
         tasks.make("gymnasium:CartPole-v1", num_workers=0)
+    for hidden_sizes in (32, (0,), (True,)):  # 32 used to fail inside tuple() with a bare TypeError
+        with pytest.raises(ValueError, match=r"hidden_sizes=.*give a tuple of positive ints"):
+            tasks.make("gymnasium:CartPole-v1", policy="mlp", hidden_sizes=hidden_sizes)
     with pytest.raises(ValueError, match="unknown option"):
         tasks.make("gymnasium:CartPole-v1", episodes=3)
     assert "gymnasium:Hopper-v5" in tasks.names()
