@@ -14,7 +14,8 @@ file and shows no source lines. ``es.HostFitness`` keeps them:
 
 Both walk the same functions: ``fn`` and, recursively, the functions of its
 module that it holds in its closure or names as globals (``functools.partial``
-and bound methods unwrapped). Workers run on the same machine, so ``linecache`` reads the files.
+and bound methods unwrapped; for a class, or a callable object, the methods
+of its class). Workers run on the same machine, so ``linecache`` reads the files.
 """
 
 from __future__ import annotations
@@ -47,14 +48,21 @@ def _functions_reached(fn: Any) -> Iterator[types.FunctionType]:
 
 
 def _unwrapped(obj: Any) -> Iterator[types.FunctionType]:
-    """The Python functions ``obj`` is or wraps (``functools.partial`` arguments and bound methods included)."""
+    """The Python functions ``obj`` is or wraps: ``functools.partial`` arguments, bound methods, and the
+    methods of a class or of a callable object's class (``__call__`` and the methods it may call)."""
     if isinstance(obj, functools.partial):
         for part in (obj.func, *obj.args, *obj.keywords.values()):
             yield from _unwrapped(part)
-    elif isinstance(obj, types.MethodType):
+    elif isinstance(obj, (types.MethodType, staticmethod, classmethod)):
         yield from _unwrapped(obj.__func__)
     elif isinstance(obj, types.FunctionType):
         yield obj
+    elif isinstance(obj, type):
+        for member in vars(obj).values():
+            if isinstance(member, (types.FunctionType, staticmethod, classmethod)):
+                yield from _unwrapped(member)
+    elif callable(obj):
+        yield from _unwrapped(type(obj))
 
 
 def _filled(cell: types.CellType) -> bool:

@@ -146,6 +146,36 @@ def test_functions_pickled_by_value_get_their_source_file_back_for_worker_traceb
     assert loaded(np.array([1.0, 2.0]), 0) == 18.0
 
 
+def test_a_callable_object_of_a_class_pickled_by_value_gets_its_methods_source_file_back():
+    import cloudpickle
+
+    from es import pickled_code
+
+    class Simulator:  # a local class: cloudpickle sends it, and its methods, by value
+        def __init__(self, scale):
+            self.scale = scale
+
+        def __call__(self, params, seed):
+            return self.step(params) * self.scale
+
+        def step(self, params):
+            return float(np.sum(params))
+
+        @staticmethod
+        def unused():
+            return 0
+
+    fn = Simulator(2.0)
+    files = pickled_code.source_files(fn)
+    loaded = cloudpickle.loads(cloudpickle.dumps(fn))
+    names = ("__init__", "__call__", "step")
+    assert {getattr(type(loaded), name).__code__.co_filename for name in names} == {pickled_code.DYNAMIC_FILENAME}
+    pickled_code.restore_source_files(loaded, files)
+    assert {getattr(type(loaded), name).__code__.co_filename for name in names} == {__file__}
+    assert type(loaded).unused.__code__.co_filename == __file__
+    assert loaded(np.array([1.0, 2.0]), 0) == 6.0
+
+
 @pytest.mark.parametrize("death", ["exit", "segfault"])
 def test_a_worker_that_dies_is_a_fitness_error_and_leaves_no_process(tmp_path, death):
     def dies(params, seed):
