@@ -15,6 +15,7 @@ Ctrl-C reaches the script, then lets the KeyboardInterrupt end it.
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -69,6 +70,9 @@ if __name__ == "__main__":
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--run", action="store_true")
     args = parser.parse_args()
+    # Ctrl-C raises KeyboardInterrupt here as at a terminal, even when the suite was started with SIGINT ignored
+    # (a background `nohup ... &`), whose disposition this child would otherwise inherit.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     group = es.distributed.initialize()
     fn = host_problem
     if args.fail_on_rank == group.process_id:
