@@ -53,8 +53,8 @@ from jax.sharding import Mesh
 from es import validation
 from es.distributed import replicate
 from es.engine import (
-    Execution, Metrics, check_evolve_args, check_state, evaluate_local, generation_step, shard_replicated,
-    this_generation,
+    Execution, Metrics, check_evolve_args, check_state, evaluate_local, evolve, generation_step,
+    shard_replicated, this_generation,
 )
 from es.layout import Layout
 from es.fitness import FitnessRef, GivenFitness, HostFitness, adapter
@@ -113,7 +113,8 @@ def evolve_many(
       it for that run. Run ``i`` equals ``es.evolve(strategies[i],
       fitness_fn, states[i], ...)``: bit for bit where XLA compiles the
       vmapped arithmetic identically, otherwise within float32 rounding
-      (module docstring, docs/guides/sweeps.md).
+      (module docstring, docs/guides/sweeps.md); always bit for bit for a
+      single run, which runs ``es.evolve``'s own program.
 
     Raises:
       TypeError / ValueError before anything is compiled, naming the run and
@@ -132,8 +133,14 @@ def evolve_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[State], 
 
     The states are stacked along a leading run axis, and split again, by
     small programs of their own, so that the compiled generations depend on
-    the number of runs through the shapes only.
+    the number of runs through the shapes only. One run is ``es.evolve``'s
+    own program: as a one-trip ``lax.map``, which XLA inlines and fuses with
+    what surrounds it, its update could round otherwise than ``es.evolve``'s.
     """
+    if len(states) == 1:  # nothing varies: the template is the strategy itself
+        execution = dataclasses.asdict(sweep.execution)
+        state, metrics = evolve(sweep.template, fitness_fn, states[0], num_generations, sweep.mesh, **execution)
+        return [state], [metrics]
     values, stacked = replicate((sweep.values, stack(list(states))), sweep.mesh)
     stacked, metrics = _evolve_many_compiled(
         sweep.template, FitnessRef(fitness_fn), sweep.mesh, sweep.execution, int(num_generations), values, stacked
