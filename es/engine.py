@@ -157,6 +157,13 @@ def evolve(
     mesh, execution = check_evolve_args(
         strategy, fitness_fn, state, num_generations, mesh, exchange, eval_batch_size, update_batch_size
     )
+    return evolve_checked(strategy, fitness_fn, state, num_generations, mesh, execution)
+
+
+def evolve_checked(
+    strategy: Strategy, fitness_fn: Callable, state: State, num_generations: int, mesh: Mesh, execution: Execution
+) -> tuple[State, Metrics]:
+    """``evolve`` once its arguments passed ``check_evolve_args`` (``es.run``'s segments, a one-run sweep)."""
     state = replicate(state, mesh)
     fitness = adapter(fitness_fn)
     return fitness.dispatch(

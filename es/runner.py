@@ -51,12 +51,12 @@ from es.checkpoint import (
     state_digest, to_numpy,
 )
 from es.distributed import is_writer
-from es.engine import check_evolve_args, evolve
+from es.engine import check_evolve_args, evolve_checked
 from es.fitness import adapter
 from es.metrics_log import MetricsLog
 from es.strategy import State, Strategy
 from es import validation
-from es.sweep import check_evolve_many_args, evolve_checked
+from es.sweep import check_evolve_many_args, evolve_many_checked
 
 LOG_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"
@@ -209,10 +209,7 @@ def run(
     mesh, execution = check_evolve_args(
         strategy, fitness_fn, state, num_generations, mesh, exchange, eval_batch_size, update_batch_size
     )
-    advance = functools.partial(
-        evolve, strategy, fitness_fn, mesh=mesh, exchange=exchange,
-        eval_batch_size=execution.eval_batch_size, update_batch_size=execution.update_batch_size,
-    )
+    advance = functools.partial(evolve_checked, strategy, fitness_fn, mesh=mesh, execution=execution)
     runs = [_Run(run_dir, _identity(config, strategy, execution, mesh))]
     try:
         results = _run_all(
@@ -300,7 +297,7 @@ def run_many(
                 "previous segment; use keep_checkpoints=2 or more."
             )
     runs = [_Run(d, _identity(c, s, sweep.execution, sweep.mesh)) for d, c, s in zip(run_dirs, configs, strategies)]
-    advance = functools.partial(evolve_checked, sweep, fitness_fn)
+    advance = functools.partial(evolve_many_checked, sweep, fitness_fn)
     try:
         return _run_all(
             _Segments(advance, list, list, list), runs, list(states),

@@ -53,7 +53,7 @@ from jax.sharding import Mesh
 from es import validation
 from es.distributed import replicate
 from es.engine import (
-    Execution, Metrics, check_evolve_args, check_state, evaluate_local, evolve, generation_step,
+    Execution, Metrics, check_evolve_args, check_state, evaluate_local, evolve_checked, generation_step,
     shard_replicated, this_generation,
 )
 from es.layout import Layout
@@ -125,10 +125,10 @@ def evolve_many(
     sweep = check_evolve_many_args(
         strategies, fitness_fn, states, num_generations, mesh, exchange, eval_batch_size, update_batch_size
     )
-    return evolve_checked(sweep, fitness_fn, states, num_generations)
+    return evolve_many_checked(sweep, fitness_fn, states, num_generations)
 
 
-def evolve_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[State], num_generations: int):
+def evolve_many_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[State], num_generations: int):
     """``evolve_many`` once its arguments passed ``check_evolve_many_args`` (``es.run_many``: every segment).
 
     The states are stacked along a leading run axis, and split again, by
@@ -138,8 +138,9 @@ def evolve_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[State], 
     what surrounds it, its update could round otherwise than ``es.evolve``'s.
     """
     if len(states) == 1:  # nothing varies: the template is the strategy itself
-        execution = dataclasses.asdict(sweep.execution)
-        state, metrics = evolve(sweep.template, fitness_fn, states[0], num_generations, sweep.mesh, **execution)
+        state, metrics = evolve_checked(
+            sweep.template, fitness_fn, states[0], num_generations, sweep.mesh, sweep.execution
+        )
         return [state], [metrics]
     values, stacked = replicate((sweep.values, stack(list(states))), sweep.mesh)
     stacked, metrics = _evolve_many_compiled(
