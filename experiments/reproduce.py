@@ -112,8 +112,8 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     generation for generation (the same ``experiments.config.initial_state``,
     mesh and execution; ``es.evolve_many`` runs each as its own ``es.evolve``
     would: bit for bit for one seed, and for several where XLA batches their
-    rollouts without rounding otherwise, docs/guides/sweeps.md). Its ``on_segment`` hook evaluates every
-    seed's mean after each segment. One result per seed, in order; their
+    rollouts without rounding otherwise, docs/guides/sweeps.md). Its
+    ``on_segment`` hook evaluates every seed's mean after each segment. One result per seed, in order; their
     ``wall_s`` is the time of the program that trained them all
     (``trained_with_seeds``).
     """

@@ -84,8 +84,8 @@ def test_other_strategies_on_a_policy_rollout_equal_their_own_evolve_within_floa
 def test_a_sweep_of_one_run_is_bit_identical_to_its_own_evolve(name):
     # One run is es.evolve's own program. As a one-trip lax.map, which XLA inlines and fuses with what
     # surrounds it, SNES's update rounded differently from es.evolve's here (best_fitness -12.550223 against
-    # -12.550221 after 3 generations),
-    # so a single-seed `reproduce --seeds 1` left `train --set run.seed=1` after 25 generations of Breakout.
+    # -12.550221 after 3 generations), so a single-seed `reproduce --seeds 1` left `train --set run.seed=1`
+    # after 25 generations of Breakout.
     strategy = SWEEPS[name][1]
     state = initial_states([strategy])[0]
     (final,), (metrics,) = es.evolve_many([strategy], noisy_policy_return, [state], GENERATIONS, mesh=es.make_mesh(2))
