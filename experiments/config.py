@@ -100,6 +100,8 @@ SCHEMA: dict[str, dict[str, Field] | None] = {
         "exchange": Field("choice", _run_default("exchange"), "what crosses devices (es.run's exchange)", _exchange_modes),
         "eval_batch_size": Field("optional_int", _run_default("eval_batch_size"), "members evaluated together (null: automatic)"),
         "update_batch_size": Field("optional_int", _run_default("update_batch_size"), "noise vectors rebuilt together (null: automatic)"),
+        "islands": Field("int", 1, "python -m experiments.reproduce: independent runs per seed for run.island_generations, then the best by training fitness goes on (1: off)"),
+        "island_generations": Field("int", 0, "generations the islands train before one is kept (with run.islands > 1)"),
     },
 }
 
@@ -617,6 +619,14 @@ def _check_run(run: dict) -> None:
     for key in ("segment", "keep_checkpoints"):
         if run[key] < 1:
             raise ConfigError(f"run.{key} must be >= 1, got {run[key]}.")
+    if run["islands"] < 1:
+        raise ConfigError(f"run.islands must be >= 1 (1: one run per seed), got {run['islands']}.")
+    if run["islands"] > 1 and not 0 < run["island_generations"] < run["generations"]:
+        raise ConfigError(
+            f"run.island_generations must be in [1, run.generations) with run.islands = {run['islands']}, got "
+            f"{run['island_generations']} (run.generations is {run['generations']}); e.g. "
+            f"--set run.island_generations={max(1, run['generations'] // 4)}."
+        )
     if run["num_devices"] is not None and run["num_devices"] < 1:
         raise ConfigError(f"run.num_devices must be >= 1 or null (all devices), got {run['num_devices']}.")
 

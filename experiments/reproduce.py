@@ -2,6 +2,7 @@
 
     python -m experiments.reproduce                                  # every config, seeds 0 1 2
     python -m experiments.reproduce experiments/configs/pendulum.yaml --seeds 0 1 2 3
+    python -m experiments.reproduce experiments/configs/breakout_minatar.yaml --set run.islands=1
     python -m experiments.reproduce --report-only                    # re-render docs from saved runs
 
 For each config (``experiments/configs/*.yaml``, the schema of
@@ -74,17 +75,18 @@ FINAL_EVAL_INDEX = 2**30  # the final evaluation's key: fold_in(eval key, FINAL_
 # -------------------------------------------------------------------------- configs
 
 
-def load_config(path, generations: int | None = None, strategy: str | None = None) -> tuple[dict, Any]:
+def load_config(path, generations: int | None = None, strategy: str | None = None,
+                overrides: list[str] = ()) -> tuple[dict, Any]:
     """``(resolved config, Experiment(task, strategy))`` of ``path``, read as ``python -m experiments.train`` reads it.
 
-    ``generations`` overrides ``run.generations``; ``strategy`` replaces the strategy section by that
-    strategy at its own defaults with the config's popsize (``--set 'strategy={name: SNES, popsize: P}'``).
-    Raises ``ConfigError``.
+    ``overrides`` are ``--set KEY=VALUE`` values, as train takes them; ``generations`` overrides
+    ``run.generations``; ``strategy`` replaces the strategy section by that strategy at its own defaults
+    with the config's popsize (``--set 'strategy={name: SNES, popsize: P}'``). Raises ``ConfigError``.
     """
     from experiments import config as config_lib
 
     config = config_lib.resolve(config_lib.load(path))
-    overrides = [] if generations is None else [f"run.generations={generations}"]
+    overrides = list(overrides) + ([] if generations is None else [f"run.generations={generations}"])
     if strategy is not None:
         overrides.append(f"strategy={{name: {strategy}, popsize: {config['strategy']['popsize']}}}")
     if overrides:
@@ -103,6 +105,14 @@ def train(config: dict, task, strategy, seed: int, eval_episodes: int) -> dict:
     return train_seeds(config, task, strategy, [seed], eval_episodes)[0]
 
 
+def island_seed(seed: int, island: int, islands: int) -> int:
+    """The ``es.init_from_seed`` seed of island ``island`` of seed ``seed``: ``seed * islands + island``.
+
+    Distinct for every (seed, island) of a config; with one island it is ``seed`` itself.
+    """
+    return seed * islands + island
+
+
 def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: int) -> list[dict]:
     """Every seed of a resolved config, trained together as one program: learning curves and final evaluations.
 
@@ -116,6 +126,13 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     ``on_segment`` hook evaluates every seed's mean after each segment. One result per seed, in order; their
     ``wall_s`` is the time of the program that trained them all
     (``trained_with_seeds``).
+
+    With ``run.islands = K > 1`` every seed first trains ``K`` independent
+    runs (its islands, seeded ``island_seed(seed, k, K)``) for
+    ``run.island_generations``, all seeds' islands as one program; each seed
+    then goes on with its island of the best mean training fitness over the
+    last segment (``kept_island``; held-out episodes play no part) to
+    ``run.generations``. A seed's ``env_steps`` count every island's steps.
     """
     import jax
 
@@ -124,11 +141,11 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     from experiments.train import execution, make_mesh
 
     configs = [{**config, "run": {**config["run"], "seed": seed}} for seed in seeds]
-    generations, segment = config["run"]["generations"], config["run"]["segment"]
+    run = config["run"]
+    generations, segment, islands = run["generations"], run["segment"], run["islands"]
     mesh = make_mesh(config, strategy.popsize)
     # counting_fitness: task.fitness's returns, plus a count of env steps in the state
     fitness = task.counting_fitness
-    states = [initial_state(task, strategy, seed, fitness=fitness)[1] for seed in seeds]
 
     curve_eval = jax.jit(task.held_out(CURVE_EPISODES).mean_return)
     reference_eval = jax.jit(task.held_out(REFERENCE_TEST_EPISODES).mean_return)
@@ -136,60 +153,142 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     eval_keys = [jax.random.key(EVAL_KEY_OFFSET + seed) for seed in seeds]
     # unused by the curve and the final evaluation
     reference_keys = [jax.random.fold_in(key, FINAL_EVAL_INDEX + 1) for key in eval_keys]
+    evaluating = [0.0]  # seconds spent in on_segment, not training
 
     def evaluate(fn, state, k):
         return float(fn(state.params, k, state.fitness_state))
 
-    curves = [[{"generation": 0, "env_steps": 0.0, "return": evaluate(curve_eval, state, jax.random.fold_in(key, 0)),
-                "wall_s": 0.0, "fitness_mean": float("nan")}] for state, key in zip(states, eval_keys)]
-    evaluating = [0.0]  # seconds spent in on_segment, not training
+    def point(state, key, generation: int, time_s: float, fitness_mean: float, extra_steps: float = 0.0) -> dict:
+        return {"generation": generation, "env_steps": float(state.fitness_state.env_steps) + extra_steps,
+                "return": evaluate(curve_eval, state, jax.random.fold_in(key, generation)),
+                "wall_s": time_s - evaluating[0], "fitness_mean": fitness_mean}
+
+    def timed(hook):
+        # es.run_many has already dispatched the next segment (it pipelines): wait for it, so that what is
+        # timed, and subtracted from the training time, is the evaluations alone.
+        def on_segment(segments: list[es.Segment]) -> None:
+            jax.block_until_ready(jax.live_arrays())
+            start = time.perf_counter()
+            hook(segments)
+            evaluating[0] += time.perf_counter() - start
+        return on_segment
+
+    def run_all(states, num_generations, hook):
+        return es.run_many([strategy] * len(states), fitness, states, num_generations, segment=segment, mesh=mesh,
+                           on_segment=timed(hook), progress=False, handle_signals=False, **execution(config))
+
+    island_info: list[dict | None] = [None] * len(seeds)
+    if islands > 1:
+        states, curves, island_info, phase_s = train_islands(
+            config, task, strategy, seeds, eval_keys, point, run_all)
+    else:
+        states = [initial_state(task, strategy, seed, fitness=fitness)[1] for seed in seeds]
+        curves = [[point(state, key, 0, 0.0, float("nan"))] for state, key in zip(states, eval_keys)]
+        phase_s = 0.0
+    offset = int(states[0].generation)
+    other_steps = [0.0 if info is None else info["other_islands_env_steps"] for info in island_info]
 
     def on_segment(segments: list[es.Segment]) -> None:
-        # es.run_many has already dispatched the next segment (it pipelines): wait for it, so that what is
-        # timed below, and subtracted from the training time, is the evaluations alone.
-        jax.block_until_ready(jax.live_arrays())
-        start = time.perf_counter()
-        for seed, done, curve, key, reference_key in zip(seeds, segments, curves, eval_keys, reference_keys):
+        for seed, done, curve, key, reference_key, extra in zip(
+                seeds, segments, curves, eval_keys, reference_keys, other_steps):
+            generation = offset + done.stop
             curve.append({
-                "generation": done.stop,
-                "env_steps": float(done.state.fitness_state.env_steps),
-                "return": evaluate(curve_eval, done.state, jax.random.fold_in(key, done.stop)),
-                "wall_s": done.time_s - evaluating[0],
-                "fitness_mean": float(done.metrics["fitness_mean"][-1]),
+                **point(done.state, key, generation, phase_s + done.time_s, float(done.metrics["fitness_mean"][-1]),
+                        extra),
                 "reference_test_return": evaluate(reference_eval, done.state,
-                                                  jax.random.fold_in(reference_key, done.stop)),
+                                                  jax.random.fold_in(reference_key, generation)),
             })
-            print(f"  seed {seed} gen {done.stop:5d}  return {curve[-1]['return']:9.2f}  "
-                  f"population mean {curve[-1]['fitness_mean']:9.2f}  steps {curve[-1]['env_steps']:.3g}  "
-                  f"{curve[-1]['wall_s']:7.1f} s", flush=True)
-        evaluating[0] += time.perf_counter() - start
+            print_point(seed, curve[-1])
 
-    runs = es.run_many([strategy] * len(seeds), fitness, states, generations, segment=segment, mesh=mesh,
-                       on_segment=on_segment, progress=False, handle_signals=False, **execution(config))
+    runs = run_all(states, generations - offset, on_segment)
     results = []
     final_rollout = jax.jit(final_task.rollout)
-    for seed, run, curve, key, run_config in zip(seeds, runs, curves, eval_keys, configs):
-        state = run.state
-        wall = float(run.time_s[-1]) - evaluating[0] if generations else 0.0
+    for seed, run_result, curve, key, run_config, extra, info in zip(
+            seeds, runs, curves, eval_keys, configs, other_steps, island_info):
+        state = run_result.state
+        trained_s = float(run_result.time_s[-1]) if generations > offset else 0.0
+        wall = phase_s + trained_s - evaluating[0] if generations else 0.0
         final_returns = np.asarray(final_rollout(state.params, jax.random.fold_in(key, FINAL_EVAL_INDEX),
                                                  state.fitness_state.obs).returns)
-        results.append({
+        result = {
             "env": task.env_id,
             "seed": seed,
             "generations": generations,
             "popsize": strategy.popsize,
             "strategy": type(strategy).__name__,
-            "env_steps": float(state.fitness_state.env_steps),
+            "env_steps": float(state.fitness_state.env_steps) + extra,
             "wall_s": wall,
             "trained_with_seeds": list(seeds),
             "final_return_mean": float(np.mean(final_returns)),
             "final_return_std": float(np.std(final_returns)),
             "eval_episodes": eval_episodes,
-            "best_reference_test_return": max(p["reference_test_return"] for p in curve[1:]),
+            "best_reference_test_return": max(p["reference_test_return"] for p in curve if "reference_test_return" in p),
             "curve": curve,
             "config": run_config,
-        })
+        }
+        if info is not None:
+            result["islands"] = info
+        results.append(result)
     return results
+
+
+def train_islands(config, task, strategy, seeds, eval_keys, point, run_all):
+    """``run.islands`` runs per seed for ``run.island_generations``, one program; each seed keeps its best.
+
+    Returns ``(states, curves, island_info, seconds)``: per seed the kept
+    island's state and curve (env steps summed over the seed's islands), a
+    record of every island (``kept_island``'s score, its held-out
+    curve return at the end, which was kept, the other islands' env steps)
+    and the phase's training seconds.
+    """
+    from experiments.config import initial_state
+
+    islands, island_generations = config["run"]["islands"], config["run"]["island_generations"]
+    starts = [initial_state(task, strategy, island_seed(seed, k, islands), fitness=task.counting_fitness)[1]
+              for seed in seeds for k in range(islands)]
+    island_keys = [key for key in eval_keys for _ in range(islands)]
+    curves = [[point(state, key, 0, 0.0, float("nan"))] for state, key in zip(starts, island_keys)]
+    last_segment = [None] * len(starts)
+
+    def on_segment(segments) -> None:
+        for index, (done, curve, key) in enumerate(zip(segments, curves, island_keys)):
+            curve.append(point(done.state, key, done.stop, done.time_s, float(done.metrics["fitness_mean"][-1])))
+            last_segment[index] = done.metrics["fitness_mean"]
+        for i, seed in enumerate(seeds):
+            means = " ".join(f"{curve[-1]['fitness_mean']:.2f}" for curve in curves[i * islands:(i + 1) * islands])
+            print(f"  seed {seed} islands gen {segments[0].stop:5d}  population means {means}", flush=True)
+
+    runs = run_all(starts, island_generations, on_segment)
+    seconds = float(runs[0].time_s[-1])
+    states, kept_curves, info = [], [], []
+    for i, seed in enumerate(seeds):
+        mine = range(i * islands, (i + 1) * islands)
+        scores = [float(np.mean(last_segment[j])) for j in mine]
+        kept = kept_island(scores, strategy.maximize)
+        steps = [float(runs[j].state.fitness_state.env_steps) for j in mine]
+        others = sum(steps) - steps[kept]
+        for p in range(len(curves[mine[0]])):  # a point's env steps: all the seed's islands up to it
+            curves[mine[kept]][p]["env_steps"] = sum(curves[j][p]["env_steps"] for j in mine)
+        states.append(runs[mine[kept]].state)
+        kept_curves.append(curves[mine[kept]])
+        info.append({"count": islands, "generations": island_generations, "kept": kept,
+                     "island_seeds": [island_seed(seed, k, islands) for k in range(islands)],
+                     "training_fitness": scores, "held_out_return": [curves[j][-1]["return"] for j in mine],
+                     "other_islands_env_steps": others})
+        print(f"  seed {seed}: keeps island {kept} (training fitness {scores[kept]:.2f} of "
+              f"{', '.join(f'{s:.2f}' for s in scores)})", flush=True)
+    return states, kept_curves, info, seconds
+
+
+def kept_island(scores: list[float], maximize: bool = True) -> int:
+    """The island kept: the best mean training fitness over the last segment (the first of ties)."""
+    return int(np.argmax(scores) if maximize else np.argmin(scores))
+
+
+def print_point(seed: int, point: dict) -> None:
+    print(f"  seed {seed} gen {point['generation']:5d}  return {point['return']:9.2f}  "
+          f"population mean {point['fitness_mean']:9.2f}  steps {point['env_steps']:.3g}  "
+          f"{point['wall_s']:7.1f} s", flush=True)
 
 
 # -------------------------------------------------------------------------- report
@@ -452,6 +551,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("configs", nargs="*", help="YAML configs (default: experiments/configs/*.yaml)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-episodes", type=int, default=64)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, as python -m experiments.train --set does")
     parser.add_argument("--generations", type=int, default=None, help="override run.generations (quick checks)")
     parser.add_argument("--report-only", action="store_true", help="rebuild docs/results.md from saved runs")
     parser.add_argument("--no-save", action="store_true", help="do not save runs or write the report")
@@ -468,7 +569,7 @@ def main(argv: list[str] | None = None) -> None:
         configs = args.configs or sorted(glob.glob(str(CONFIG_DIR / "*.yaml")))
         for path in configs:
             try:
-                config, (task, strategy) = load_config(path, args.generations, args.strategy)
+                config, (task, strategy) = load_config(path, args.generations, args.strategy, args.overrides)
             except ConfigError as error:
                 parser.error(f"{path}: {error}")
             if not isinstance(task, EnvTask):

@@ -156,6 +156,17 @@ def _check_same_identity(run_dir: pathlib.Path, stored: dict, config: dict) -> N
         )
 
 
+def refuse_islands(config: dict) -> None:
+    """``run.islands > 1`` is ``experiments.reproduce``'s protocol: train trains one run per seed (``ConfigError``)."""
+    islands = config["run"]["islands"]
+    if islands > 1:
+        raise config_lib.ConfigError(
+            f"run.islands = {islands}: islands (several runs per seed, the best by training fitness kept) are "
+            "trained by python -m experiments.reproduce CONFIG; experiments.train trains one run per seed: "
+            "add --set run.islands=1."
+        )
+
+
 def make_mesh(config: dict, popsize: int):
     """The mesh of ``run.num_devices`` devices: ``es.make_mesh``'s policy (null: the most that divide popsize)."""
     import es
@@ -276,6 +287,7 @@ def _prepare_run(args: argparse.Namespace):
 
     try:
         run_dir, config, resuming = prepare(args)
+        refuse_islands(config)
         task, strategy = config_lib.build(config)
         fitness, state = config_lib.initial_state(task, strategy, config["run"]["seed"])
         mesh = make_mesh(config, strategy.popsize)
@@ -294,6 +306,7 @@ def _prepare_sweep(args: argparse.Namespace):
 
     try:
         sweep_dir, base, seeds, axes, runs, resuming = prepare_sweep(args)
+        refuse_islands(base)
         inject = grid.injects_hyperparams(axes)
         built = [config_lib.build(each.config, inject_hyperparams=inject) for each in runs]
         task = built[0].task  # a sweep varies strategy keys only: every run has this task

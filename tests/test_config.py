@@ -20,7 +20,7 @@ def test_resolve_fills_every_default_and_builds_the_strategy():
     assert config["strategy"]["name"] == "OpenES"
     assert config["run"] == {"generations": 200, "seed": 0, "num_devices": None, "segment": 50,
                              "keep_checkpoints": 3, "exchange": "fitness", "eval_batch_size": None,
-                             "update_batch_size": None}
+                             "update_batch_size": None, "islands": 1, "island_generations": 0}
     task, strategy = config_lib.build(config)
     assert task.dim == 4
     assert isinstance(strategy, es.OpenES) and strategy.popsize == 8 and strategy.sigma == 0.05
@@ -102,6 +102,10 @@ def test_bad_keys_and_values_are_named_with_the_valid_choices(overrides, fragmen
         (["strategy.sigma={schedule: cosine_decay, init_value: 1.0, decay_steps: 20}", "run.generations=40"],
          ["strategy.sigma", "0 at generation 20", "alpha > 0"]),
         (["run.segment=0"], ["run.segment must be >= 1"]),
+        (["run.islands=0"], ["run.islands must be >= 1"]),
+        (["run.islands=4"], ["run.island_generations must be in [1, run.generations)", "got 0",
+                             "--set run.island_generations=50"]),
+        (["run.islands=4", "run.island_generations=200"], ["run.island_generations", "got 200"]),
     ],
 )
 def test_bad_values_are_refused_when_building(overrides, fragments):

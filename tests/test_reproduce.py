@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from experiments import reproduce, train
@@ -29,6 +30,29 @@ def test_reproduce_and_train_run_the_same_generations_for_the_same_config_and_se
     assert len(logged) == 3 and [p["generation"] for p in result["curve"]] == [0, 1, 2, 3]
     # One segment per generation: reproduce records each generation's population mean, train logs it.
     assert [p["fitness_mean"] for p in result["curve"][1:]] == [row["fitness_mean"] for row in logged]
+
+
+def test_islands_keep_the_best_training_fitness_and_go_on_as_that_islands_own_run(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(CONFIG)
+    config, (task, strategy) = reproduce.load_config(
+        path, overrides=["run.islands=3", "run.island_generations=1", "run.segment=1"])
+    result = reproduce.train(config, task, strategy, seed=5, eval_episodes=2)
+
+    islands = result["islands"]
+    assert islands["island_seeds"] == [15, 16, 17]
+    assert islands["kept"] == int(np.argmax(islands["training_fitness"]))
+    assert [p["generation"] for p in result["curve"]] == [0, 1, 2, 3]
+    # The kept island is an ordinary run of its own seed: train with that seed logs the same generations.
+    kept_seed = islands["island_seeds"][islands["kept"]]
+    assert train.main([str(path), "--set", f"run.seed={kept_seed}", "--run-dir", str(tmp_path / "run"),
+                       "--no-progress"]) == 0
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [p["fitness_mean"] for p in result["curve"][1:]] == [row["fitness_mean"] for row in logged]
+    # Its env steps count every island's: the kept one's run plus the others' first generation.
+    own_steps = config["task"]["options"]["max_steps"] * strategy.popsize * 3  # 3 generations, 1 episode each
+    assert islands["other_islands_env_steps"] == 2 * own_steps // 3
+    assert result["env_steps"] == own_steps + islands["other_islands_env_steps"]
 
 
 def test_reproduce_refuses_a_named_config_that_is_not_an_environment(capsys):

@@ -159,6 +159,16 @@ def test_bad_set_key_is_refused_before_anything_runs(config_path, tmp_path):
     assert not run_dir.exists()
 
 
+def test_islands_are_refused_with_the_front_end_that_trains_them(config_path, tmp_path):
+    run_dir = tmp_path / "islands"
+    code, output = finish(train(config_path, "--set", "run.islands=2", "--set", "run.island_generations=1",
+                                "--run-dir", run_dir))
+    assert code == 2
+    assert "python -m experiments.reproduce" in output and "--set run.islands=1" in output
+    assert "Traceback" not in output
+    assert not run_dir.exists()
+
+
 # --------------------------------------------------------------------------- under es.launch
 
 AUDITED_TRAIN = ROOT / "tests" / "workers" / "train_audited.py"
