@@ -2,14 +2,16 @@
 
     python -m experiments.reproduce                                  # every config, seeds 0 1 2
     python -m experiments.reproduce experiments/configs/pendulum.yaml --seeds 0 1 2 3
-    python -m experiments.reproduce experiments/configs/breakout_minatar.yaml --set run.islands=1
+    python -m experiments.reproduce experiments/configs/breakout_minatar.yaml \
+        --set run.islands=8 --set run.island_generations=1000            # 8 runs per seed, the best goes on
     python -m experiments.reproduce --report-only                    # re-render docs from saved runs
 
 For each config (``experiments/configs/*.yaml``, the schema of
 ``python -m experiments.train``) the script trains every seed as one program
 (``es.run_many``: one ``es.evolve_many`` per segment of ``run.segment``
 generations; each seed's run is the one ``python -m experiments.train --set
-run.seed=SEED`` makes), evaluates each seed's mean parameters after every
+run.seed=SEED`` makes, or with ``run.islands`` its best island's, see
+``train_seeds``), evaluates each seed's mean parameters after every
 segment on held-out episodes (its ``on_segment`` hook: the learning curve), and
 finally evaluates them on ``--eval-episodes`` fresh episodes whose keys are
 never used in training. Each run is saved as JSON under
