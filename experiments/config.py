@@ -613,7 +613,7 @@ def _optimizer_from_json(where: str, text: str, generations: int, inject_hyperpa
 
 
 def _check_run(run: dict) -> None:
-    for key in ("generations", "seed"):
+    for key in ("generations", "seed", "island_generations"):
         if run[key] < 0:
             raise ConfigError(f"run.{key} must be >= 0, got {run[key]}.")
     for key in ("segment", "keep_checkpoints"):

@@ -106,6 +106,7 @@ def test_bad_keys_and_values_are_named_with_the_valid_choices(overrides, fragmen
         (["run.islands=4"], ["run.island_generations must be in [1, run.generations)", "got 0",
                              "--set run.island_generations=50"]),
         (["run.islands=4", "run.island_generations=200"], ["run.island_generations", "got 200"]),
+        (["run.island_generations=-1"], ["run.island_generations must be >= 0"]),
     ],
 )
 def test_bad_values_are_refused_when_building(overrides, fragments):
