@@ -208,8 +208,8 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     for seed, run_result, curve, key, run_config, extra, info in zip(
             seeds, runs, curves, eval_keys, configs, other_steps, island_info):
         state = run_result.state
-        trained_s = float(run_result.time_s[-1]) if generations > offset else 0.0
-        wall = phase_s + trained_s - evaluating[0] if generations else 0.0
+        # islands need island_generations < generations, so any generations leave some to run_all
+        wall = phase_s + float(run_result.time_s[-1]) - evaluating[0] if generations else 0.0
         final_returns = np.asarray(final_rollout(state.params, jax.random.fold_in(key, FINAL_EVAL_INDEX),
                                                  state.fitness_state.obs).returns)
         result = {
