@@ -3,7 +3,7 @@
     python -m experiments.reproduce                                  # every config, seeds 0 1 2
     python -m experiments.reproduce experiments/configs/pendulum.yaml --seeds 0 1 2 3
     python -m experiments.reproduce experiments/configs/breakout_minatar.yaml \
-        --set run.islands=8 --set run.island_generations=1000            # 8 runs per seed, the best goes on
+        --seeds 0 --set run.islands=16                                   # 16 runs per seed, the best goes on
     python -m experiments.reproduce --report-only                    # re-render docs from saved runs
 
 For each config (``experiments/configs/*.yaml``, the schema of
