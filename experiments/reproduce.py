@@ -3,7 +3,7 @@
     python -m experiments.reproduce                                  # every config, seeds 0 1 2
     python -m experiments.reproduce experiments/configs/pendulum.yaml --seeds 0 1 2 3
     python -m experiments.reproduce experiments/configs/breakout_minatar.yaml \
-        --seeds 0 --set run.islands=16                                   # 16 runs per seed, the best goes on
+        --seeds 0 --set run.islands=16 --no-save                         # a probe: 16 runs per seed, not saved
     python -m experiments.reproduce --report-only                    # re-render docs from saved runs
 
 For each config (``experiments/configs/*.yaml``, the schema of
