@@ -160,10 +160,12 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     def evaluate(fn, state, k):
         return float(fn(state.params, k, state.fitness_state))
 
-    def point(state, key, generation: int, time_s: float, fitness_mean: float, extra_steps: float = 0.0) -> dict:
+    def point(state, key, generation: int, time_s: float, metrics: dict | None, extra_steps: float = 0.0) -> dict:
+        # metrics: the segment's (es.Segment.metrics); its last generation's population mean and mean sigma
+        last = {name: float("nan") if metrics is None else float(metrics[name][-1]) for name in ("fitness_mean", "sigma")}
         return {"generation": generation, "env_steps": float(state.fitness_state.env_steps) + extra_steps,
                 "return": evaluate(curve_eval, state, jax.random.fold_in(key, generation)),
-                "wall_s": time_s - evaluating[0], "fitness_mean": fitness_mean}
+                "wall_s": time_s - evaluating[0], **last}
 
     def timed(hook):
         # es.run_many has already dispatched the next segment (it pipelines): wait for it, so that what is
@@ -185,7 +187,7 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
             config, task, strategy, seeds, eval_keys, point, run_all)
     else:
         states = [initial_state(task, strategy, seed, fitness=fitness)[1] for seed in seeds]
-        curves = [[point(state, key, 0, 0.0, float("nan"))] for state, key in zip(states, eval_keys)]
+        curves = [[point(state, key, 0, 0.0, None)] for state, key in zip(states, eval_keys)]
         phase_s = 0.0
     offset = int(states[0].generation)
     other_steps = [0.0 if info is None else info["other_islands_env_steps"] for info in island_info]
@@ -195,8 +197,7 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
                 seeds, segments, curves, eval_keys, reference_keys, other_steps):
             generation = offset + done.stop
             curve.append({
-                **point(done.state, key, generation, phase_s + done.time_s, float(done.metrics["fitness_mean"][-1]),
-                        extra),
+                **point(done.state, key, generation, phase_s + done.time_s, done.metrics, extra),
                 "reference_test_return": evaluate(reference_eval, done.state,
                                                   jax.random.fold_in(reference_key, generation)),
             })
@@ -249,12 +250,12 @@ def train_islands(config, task, strategy, seeds, eval_keys, point, run_all):
     starts = [initial_state(task, strategy, island_seed(seed, k, islands), fitness=task.counting_fitness)[1]
               for seed in seeds for k in range(islands)]
     island_keys = [key for key in eval_keys for _ in range(islands)]
-    curves = [[point(state, key, 0, 0.0, float("nan"))] for state, key in zip(starts, island_keys)]
+    curves = [[point(state, key, 0, 0.0, None)] for state, key in zip(starts, island_keys)]
     last_segment = [None] * len(starts)
 
     def on_segment(segments) -> None:
         for index, (done, curve, key) in enumerate(zip(segments, curves, island_keys)):
-            curve.append(point(done.state, key, done.stop, done.time_s, float(done.metrics["fitness_mean"][-1])))
+            curve.append(point(done.state, key, done.stop, done.time_s, done.metrics))
             last_segment[index] = done.metrics["fitness_mean"]
         for i, seed in enumerate(seeds):
             means = " ".join(f"{curve[-1]['fitness_mean']:.2f}" for curve in curves[i * islands:(i + 1) * islands])
@@ -289,7 +290,8 @@ def kept_island(scores: list[float], maximize: bool = True) -> int:
 
 def print_point(seed: int, point: dict) -> None:
     print(f"  seed {seed} gen {point['generation']:5d}  return {point['return']:9.2f}  "
-          f"population mean {point['fitness_mean']:9.2f}  steps {point['env_steps']:.3g}  "
+          f"population mean {point['fitness_mean']:9.2f}  sigma {point.get('sigma', float('nan')):.4f}  "
+          f"steps {point['env_steps']:.3g}  "
           f"{point['wall_s']:7.1f} s", flush=True)
 
 

@@ -30,6 +30,7 @@ def test_reproduce_and_train_run_the_same_generations_for_the_same_config_and_se
     assert len(logged) == 3 and [p["generation"] for p in result["curve"]] == [0, 1, 2, 3]
     # One segment per generation: reproduce records each generation's population mean, train logs it.
     assert [p["fitness_mean"] for p in result["curve"][1:]] == [row["fitness_mean"] for row in logged]
+    assert [p["sigma"] for p in result["curve"][1:]] == [row["sigma"] for row in logged]
 
 
 def test_islands_keep_the_best_training_fitness_and_go_on_as_that_islands_own_run(tmp_path):
