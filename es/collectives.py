@@ -16,7 +16,8 @@ from typing import Callable, NamedTuple
 import jax
 from jax.sharding import Mesh
 
-from es import engine
+from es import engine, sharded_update
+from es.coordinates import BLOCK, Partition
 from es.distributed import replicate
 from es.fitness import adapter
 from es.layout import Layout
@@ -133,7 +134,8 @@ def parse_collectives(hlo_text: str) -> tuple[Collective, ...]:
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _one_generation(strategy, fitness, mesh, execution, state):
-    run = functools.partial(engine.run_generations, strategy, fitness, mesh, execution, 1)
+    # gather=False: without the all-gathers of the private state that end an evolve call (not one per generation)
+    run = functools.partial(engine.run_generations, strategy, fitness, mesh, execution, 1, gather=False)
     return engine.shard_replicated(run, mesh)(state)
 
 
@@ -157,7 +159,10 @@ def collectives_report(
 
     Compiles ``es.evolve``'s program for one generation (``execution``:
     ``exchange``, ``eval_batch_size``, ``update_batch_size`` as for
-    ``es.evolve``). Example::
+    ``es.evolve``), without what only ends an ``evolve`` call: with a
+    coordinatewise strategy and ``exchange="sharded"``, the all-gather of
+    each device's slices of the optimizer state and best params (once per
+    call: ``ExchangeCost.bytes_per_call``). Example::
 
         report = es.collectives_report(strategy, fitness_fn, state, es.make_mesh(8))
         print(report)            # one all-gather of f32[popsize] in "fitness" mode
@@ -179,10 +184,19 @@ class ExchangeCost(NamedTuple):
       mode: ``"fitness"``, ``"sharded"`` or ``"gradient"``.
       bytes: bytes crossing devices per generation by the model: the
         all-gathered fitnesses (``4 P``) plus, for ``"sharded"``, the
-        all-gathered slices of the sums (``4 n S`` with ``S =
-        ceil(D / n)``, twice that when the strategy needs ``Sums.square``)
-        and for ``"gradient"`` the all-reduced sums (``4 D``, or ``8 D``).
-        Per-member statistics of a ``StatefulFitness`` come on top.
+        all-gathered slices (``S = es.coordinates.slice_size(D, n)``, about
+        ``D / n``) of the sums (``4 n S``, twice that when the strategy
+        needs ``Sums.square``) or, for a coordinatewise strategy (which
+        updates its slice on each device), of the new mean and of each
+        per-coordinate leaf that ``scale`` reads (SNES's sigma: ``4 n S``
+        each), plus the block sums of the norms and the finite check (``4 n
+        (4 S / 1024 + 1)``); and for ``"gradient"`` the all-reduced sums
+        (``4 D``, or ``8 D``). Per-member statistics of a
+        ``StatefulFitness`` come on top.
+      bytes_per_call: bytes crossing devices once per ``evolve`` call, at
+        its end: with a coordinatewise strategy and ``"sharded"``, each
+        device's slices of the optimizer state and best params (``4 n S``
+        each); else 0.
       measured_bytes: the same read from the compiled program
         (``collectives_report``), or ``None`` when not measured.
       eval_floats: noise floats this device draws to evaluate its ``P / n``
@@ -201,14 +215,16 @@ class ExchangeCost(NamedTuple):
     eval_floats: int
     update_floats: int
     bit_identical: bool
+    bytes_per_call: int = 0
 
 
 class ExchangeReport(NamedTuple):
     """``ExchangeCost`` of every mode for one strategy, params and mesh, and the mode ``"auto"`` picks.
 
-    Besides the noise, every device runs the strategy's update on all ``D``
-    coordinates (``O(D)``, the same in every mode) and its ``P / n``
-    fitness evaluations.
+    Besides the noise, every device runs its ``P / n`` fitness evaluations
+    and the strategy's update on all ``D`` coordinates (``O(D)``), except
+    with ``"sharded"`` and a coordinatewise strategy, where it updates its
+    ``S`` (``update_coordinates``).
     """
 
     num_devices: int
@@ -216,11 +232,13 @@ class ExchangeReport(NamedTuple):
     num_params: int
     auto: str
     costs: tuple[ExchangeCost, ...]
+    update_coordinates: int = 0
 
     def __str__(self) -> str:
         lines = [
             f"exchange modes for popsize {self.popsize}, {self.num_params:,d} params, {self.num_devices} device(s) "
             f"(auto: {self.auto}); per device and generation:",
+            f"  'sharded' updates {self.update_coordinates:,d} of the {self.num_params:,d} coordinates on each device",
             f"  {'mode':<9} {'bytes (model)':>14} {'bytes (HLO)':>14} {'eval noise':>14} {'update noise':>14}"
             "  bit-identical",
         ]
@@ -263,21 +281,32 @@ def exchange_report(
     pairs = engine.evaluates_pairs(strategy, local, resolved.eval_batch_size)
     eval_floats = (local // 2 if pairs and not noise.factored else local) * draw
     sums = 2 if strategy.uses_squares else 1
-    size = engine.slice_size(dim, n)
+    coordinatewise = sharded_update.applies(strategy, dim)
+    part = Partition(dim, n, BLOCK if coordinatewise else 1)
+    size = part.size
+    sharded_bytes, per_call = 0, 0
+    if part.split and coordinatewise:  # the new slices, not the sums (es/sharded_update.py)
+        gathered, private = sharded_update.slice_bytes(strategy, state)
+        sharded_bytes = n * size * gathered + 4 * n * (4 * part.blocks_per_slice + 1)
+        per_call = n * size * private
+    elif part.split:
+        sharded_bytes = 4 * sums * n * size
     modes = {
-        "fitness": (4 * popsize, vectors * draw, True),
-        "sharded": (4 * popsize + (0 if size == dim else 4 * sums * n * size), vectors * size, True),
-        "gradient": (4 * popsize + (4 * sums * dim if n > 1 else 0), -(-vectors // n) * draw, n == 1),
+        "fitness": (4 * popsize, vectors * draw, True, 0),
+        "sharded": (4 * popsize + sharded_bytes, vectors * size, True, per_call),
+        "gradient": (4 * popsize + (4 * sums * dim if n > 1 else 0), -(-vectors // n) * draw, n == 1, 0),
     }
     if not noise.sliceable:
         del modes["sharded"]
     if n == 1:
-        modes = {mode: (0, *rest) for mode, (_, *rest) in modes.items()}  # XLA removes every collective
+        # XLA removes every collective
+        modes = {mode: (0, update, identical, 0) for mode, (_, update, identical, _) in modes.items()}
     costs = []
-    for mode, (bytes_, update_floats, identical) in modes.items():
+    for mode, (bytes_, update_floats, identical, call_bytes) in modes.items():
         measured = None
         if measure:
             measured = collectives_report(strategy, fitness_fn, state, mesh, exchange=mode, **execution).total_bytes
-        costs.append(ExchangeCost(mode, bytes_, measured, eval_floats, update_floats, identical))
+        costs.append(ExchangeCost(mode, bytes_, measured, eval_floats, update_floats, identical, call_bytes))
     auto = engine.resolve_exchange(strategy, layout, n)
-    return ExchangeReport(n, popsize, dim, auto, tuple(costs))
+    updated = size if part.split and coordinatewise and noise.sliceable else dim
+    return ExchangeReport(n, popsize, dim, auto, tuple(costs), updated)

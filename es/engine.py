@@ -28,13 +28,12 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from es import noise as noise_lib
-from es import population, validation
+from es import coordinates, population, sharded_update, validation
+from es.coordinates import Partition, slice_size
 from es.layout import Layout
 from es.batching import (
     default_update_batch_size,
@@ -81,11 +80,16 @@ class Execution:
         all-reduced; rounding depends on the device count).
       eval_batch_size: members evaluated together by one vmapped call.
       update_batch_size: noise vectors rebuilt per step of the sums.
+      shard_update: ``"sharded"`` with a coordinatewise strategy and ``D``
+        large enough to split: each device also updates only its slice of
+        the coordinates and keeps its slice of the optimizer state and best
+        params between generations (``es/sharded_update.py``).
     """
 
     exchange: str
     eval_batch_size: int
     update_batch_size: int
+    shard_update: bool = False
 
     def identity(self, num_devices: int) -> dict:
         """What of the execution determines a run's results (JSON): a resume must not change it.
@@ -188,11 +192,22 @@ def shard_replicated(fn: Callable, mesh: Mesh) -> Callable:
     return jax.shard_map(fn, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)
 
 
-def run_generations(strategy, fitness, mesh, execution, num_generations, state):
-    """``num_generations`` generations in a ``lax.scan`` (inside the ``shard_map``)."""
-    noise_aux = strategy.noise.prepare(Layout.of(state.params))
+def run_generations(strategy, fitness, mesh, execution, num_generations, state, gather: bool = True):
+    """``num_generations`` generations in a ``lax.scan`` (inside the ``shard_map``).
+
+    With ``execution.shard_update`` the scan carries this device's slices of
+    the private state (``sharded_update.split``), gathered at the end unless
+    ``gather`` is false (``es.collectives_report``'s program of one generation).
+    """
+    layout = Layout.of(state.params)
+    noise_aux = strategy.noise.prepare(layout)
     step = functools.partial(generation_step, strategy, fitness, mesh, execution, noise_aux)
-    return jax.lax.scan(lambda s, _: step(s), state, length=num_generations)
+    if not execution.shard_update:
+        return jax.lax.scan(lambda s, _: step(s), state, length=num_generations)
+    part = Partition(layout.dim, mesh.size, coordinates.BLOCK)
+    carry = sharded_update.split(strategy, state, part, jax.lax.axis_index(mesh.axis_names))
+    carry, metrics = jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
+    return (sharded_update.join(strategy, carry, state, part, mesh.axis_names) if gather else carry), metrics
 
 
 def generation_step(
@@ -222,6 +237,24 @@ def generation_step(
 
     # 3. Shape: the strategy turns the fitnesses into per-member coefficients.
     coefficients = strategy.coefficients(state.strategy_state, all_fitness)
+    valid = jnp.isfinite(jnp.asarray(all_fitness, jnp.float32))
+
+    def track_best(member_params):
+        return _track_best(strategy, state, all_fitness, valid, member_params)
+
+    if sharded_update.applies(strategy, members.dim):  # 4-5 on this device's slice, or all (es/sharded_update.py)
+        part = Partition(members.dim, mesh.size if execution.shard_update else 1, coordinates.BLOCK)
+        with jax.named_scope("es_update"):
+            if part.split:
+                start = part.start(jax.lax.axis_index(mesh.axis_names))
+                everyone = jnp.arange(strategy.popsize, dtype=jnp.int32)
+                sums = rebuild_sums(members, coefficients, everyone, execution.update_batch_size, start, part.size)
+            else:
+                sums = exchanged_sums(members, coefficients, local_members, mesh, execution)
+        with jax.named_scope("es_optimizer"):
+            params, strategy_state, best, norms = sharded_update.update(
+                strategy, part, mesh.axis_names, members, state, coefficients, sums, jnp.any(valid), track_best)
+        return record(strategy, fitness, members, state, all_fitness, all_stats, params, strategy_state, best, norms)
 
     # 4. Rebuild the sums it asks for from the shared keys, in chunks (all of them, a slice, or our members').
     with jax.named_scope("es_update"):
@@ -229,11 +262,13 @@ def generation_step(
 
     # 5. The strategy's update (skipped without a valid member, or if it is not finite).
     with jax.named_scope("es_optimizer"):
-        params, strategy_state, step_metrics = strategy.update(state, coefficients, sums)
-        any_valid = jnp.any(jnp.isfinite(all_fitness))
-        params, strategy_state = keep_if_finite((params, strategy_state), (state.params, state.strategy_state), any_valid)
-
-    return record(strategy, fitness, members, state, all_fitness, all_stats, params, strategy_state, step_metrics)
+        params, strategy_state, vectors = strategy.update(state, coefficients, sums)
+        params, strategy_state = keep_if_finite((params, strategy_state), (state.params, state.strategy_state),
+                                                jnp.any(valid))
+    norms = {"grad_norm": vector_norm(vectors["grad_norm"]), "update_norm": vector_norm(vectors["update_norm"]),
+             "params_norm": optax.tree.norm(params)}
+    best = track_best(members.member)
+    return record(strategy, fitness, members, state, all_fitness, all_stats, params, strategy_state, best, norms)
 
 
 def evaluate_local(strategy: Strategy, fitness: Any, mesh: Mesh, execution: Execution,
@@ -286,11 +321,11 @@ def exchanged_sums(members, coefficients, local_members, mesh, execution) -> Sum
 
     - ``"fitness"``: every device sums every member over all ``D`` coordinates.
     - ``"sharded"``: device ``d`` sums every member over its slice of ``S =
-      slice_size(D, n)`` coordinates, ``[min(d S, D - S), +S)`` (the last
-      slices are moved back inside ``[0, D)``, so no read ever leaves a
-      member's noise), and the slices are all-gathered and put back in
-      order: the same additions in the same order as ``"fitness"``, so the
-      same bits. When ``S = D`` (``D`` below ``MIN_SLICE``) it is ``"fitness"``.
+      slice_size(D, n)`` coordinates (``es.coordinates.Partition``), and the
+      slices are all-gathered and put back in order: the same additions in
+      the same order as ``"fitness"``, so the same bits. When ``S = D``
+      (``D`` below ``MIN_SLICE``) it is ``"fitness"``. (A coordinatewise
+      strategy does not come here: ``Execution.shard_update``.)
     - ``"gradient"``: every device sums its own members; the sums are
       all-reduced (the grouping of the additions follows the mesh).
     """
@@ -300,36 +335,14 @@ def exchanged_sums(members, coefficients, local_members, mesh, execution) -> Sum
         with jax.named_scope("es_exchange"):
             return jax.lax.psum(sums, mesh.axis_names)
     everyone = jnp.arange(coefficients.linear.shape[0], dtype=jnp.int32)
-    dim, size = members.dim, slice_size(members.dim, mesh.size)
-    if execution.exchange == "fitness" or size == dim:
+    part = Partition(members.dim, mesh.size)
+    if execution.exchange == "fitness" or not part.split:
         return rebuild_sums(members, coefficients, everyone, batch)
-    start = jnp.minimum(jax.lax.axis_index(mesh.axis_names) * size, dim - size)
-    slices = rebuild_sums(members, coefficients, everyone, batch, start, size)
+    start = part.start(jax.lax.axis_index(mesh.axis_names))
+    slices = rebuild_sums(members, coefficients, everyone, batch, start, part.size)
     with jax.named_scope("es_exchange"):
         gathered = jax.lax.all_gather(slices, mesh.axis_names, tiled=True)
-    order = slice_order(dim, mesh.size)
-    return jax.tree.map(lambda x: x if order is None else x[order], gathered)
-
-
-def slice_size(dim: int, num_devices: int) -> int:
-    """``S``, the coordinates each device sums with ``exchange="sharded"``: ``ceil(D / n)``, at least
-    ``es.noise.MIN_SLICE`` (below it the update is cheap, and ``GaussianNoise`` sums it with a reduction that
-    XLA rounds by shape), at most ``D`` (then every device sums everything, as with ``"fitness"``)."""
-    return min(dim, max(-(-dim // num_devices), noise_lib.MIN_SLICE))
-
-
-def slice_order(dim: int, num_devices: int) -> np.ndarray | None:
-    """Where coordinate ``j`` is in the all-gathered slices of ``exchanged_sums``; ``None`` when they are in place.
-
-    Slice ``d`` covers ``[start_d, start_d + S)`` with ``start_d = min(d S, D - S)``;
-    coordinate ``j`` is read from slice ``j // S``, at ``j - start_{j // S}``.
-    """
-    size = slice_size(dim, num_devices)
-    if size * num_devices == dim:
-        return None
-    j = np.arange(dim)
-    owner = j // size
-    return (owner * size + j - np.minimum(owner * size, dim - size)).astype(np.int32)
+    return jax.tree.map(part.assemble, gathered)
 
 
 def rebuild_sums(
@@ -367,6 +380,15 @@ def rebuild_sums(
     return Sums(*sum_in_batches(chunk_sums, (linear, square, indices), batch, init))
 
 
+def vector_norm(value) -> jax.Array:
+    """The norm of what a strategy's ``update`` reports: a vector (``jnp.linalg.norm``), a pytree
+    (``optax.tree.norm``) or a norm already (a scalar). The replicated update's metrics; where the update can
+    be split (``sharded_update.applies``) the norms are ``es.coordinates``', which no mesh changes."""
+    if not jax.tree_util.treedef_is_leaf(jax.tree.structure(value)):
+        return optax.tree.norm(value)
+    return jnp.asarray(value, jnp.float32) if jnp.ndim(value) == 0 else jnp.linalg.norm(value)
+
+
 def keep_if_finite(new: PyTree, old: PyTree, accept: jax.Array) -> PyTree:
     """``new`` if ``accept`` and every float in it is finite, else ``old`` (a NaN/inf never enters the state)."""
     floats = [x for x in jax.tree.leaves(new) if jnp.issubdtype(x.dtype, jnp.inexact)]
@@ -374,10 +396,11 @@ def keep_if_finite(new: PyTree, old: PyTree, accept: jax.Array) -> PyTree:
     return jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, old)
 
 
-def record(strategy, fitness, members, state, all_fitness, all_stats, params, strategy_state, step_metrics):
-    """The next ``State`` (best member, fitness state) and this generation's metrics."""
+def record(strategy, fitness, members, state, all_fitness, all_stats, params, strategy_state, best, norms):
+    """The next ``State`` and this generation's metrics; ``best`` is ``_track_best``'s, ``norms`` the metrics
+    ``grad_norm``, ``update_norm`` and ``params_norm``."""
     valid = jnp.isfinite(jnp.asarray(all_fitness, jnp.float32))
-    best_params, best_fitness = _track_best(strategy, state, all_fitness, valid, members.member)
+    best_params, best_fitness = best
     fitness_state = state.fitness_state
     if fitness.stateful:
         fitness_state = fitness.update(fitness_state, all_stats)
@@ -393,9 +416,7 @@ def record(strategy, fitness, members, state, all_fitness, all_stats, params, st
     metrics = {
         **_fitness_metrics(all_fitness, valid),
         "best_fitness": best_fitness,
-        "grad_norm": step_metrics["grad_norm"],
-        "update_norm": step_metrics["update_norm"],
-        "params_norm": optax.tree.norm(params),
+        **norms,
         "sigma": jnp.mean(members.scale),
     }
     return new_state, {name: jnp.asarray(metrics[name]) for name in METRIC_NAMES}
@@ -544,6 +565,8 @@ def resolve_execution(
         exchange=exchange,
         eval_batch_size=eval_batch_size,
         update_batch_size=update_batch_size or default_update_batch_size(draw),
+        shard_update=exchange == "sharded" and sharded_update.applies(strategy, layout.dim)
+        and Partition(layout.dim, num_devices, coordinates.BLOCK).split,
     )
 
 

@@ -220,10 +220,11 @@ class GaussianNoise:
     def draw_size(self, layout: Layout) -> int:
         return layout.dim
 
-    def sample(self, aux: None, key: jax.Array, layout: Layout) -> jax.Array:
+    def sample(self, aux: None, key: jax.Array, layout: Layout, start=0, size: int | None = None) -> jax.Array:
+        """float32[size]: coordinates ``[start, start + size)`` of the noise vector of ``key`` (default: all)."""
         del aux
         with jax.named_scope("es_noise"):
-            return standard_normal(key, layout.dim)
+            return standard_normal(key, layout.dim, start, size)
 
     def sums(self, aux: None, keys, linear, square, layout: Layout, start=0, size: int | None = None):
         """The weighted sums over coordinates ``[start, start + size)``.
@@ -308,9 +309,11 @@ class NoiseTable:
         """int32 start of the slice of noise key ``key``, uniform on ``[0, size - dim]``."""
         return jax.random.randint(key, (), 0, self.size - dim + 1, dtype=jnp.int32)
 
-    def sample(self, aux: jax.Array, key: jax.Array, layout: Layout) -> jax.Array:
+    def sample(self, aux: jax.Array, key: jax.Array, layout: Layout, start=0, size: int | None = None) -> jax.Array:
+        """float32[size]: coordinates ``[start, start + size)`` of the noise vector of ``key`` (default: all)."""
+        size = layout.dim if size is None else size
         with jax.named_scope("es_noise"):
-            return lax.dynamic_slice(aux, (self.offset(key, layout.dim),), (layout.dim,))
+            return lax.dynamic_slice(aux, (self.offset(key, layout.dim) + start,), (size,))
 
     def sums(self, aux: jax.Array, keys, linear, square, layout: Layout, start=0, size: int | None = None):
         """``sum_b linear[b] * table[o_b + start : o_b + start + size]`` (and ``square[b] * slice**2``).

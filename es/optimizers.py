@@ -120,6 +120,20 @@ def _shared(name: str, kwargs: tuple) -> optax.GradientTransformation:
 _DESCRIPTIONS: dict[int, dict] = {}
 
 
+# optax aliases whose update is the same arithmetic on every coordinate (no norm over the params): built by
+# `make` without a mask, they step a slice of the coordinates as they step those coordinates of the whole.
+COORDINATEWISE = frozenset({"sgd", "adam", "adamw", "adamax", "adamaxw", "nadam", "nadamw", "amsgrad", "adabelief",
+                            "adagrad", "rmsprop", "lion"})
+
+
+def coordinatewise(optimizer: optax.GradientTransformation) -> bool:
+    """Whether ``optimizer`` is known to update every coordinate on its own (``COORDINATEWISE``, built by ``make``
+    without a mask). An optax object built elsewhere is opaque, so ``False``: the engine then runs its update
+    whole on every device."""
+    described = description(optimizer)
+    return described is not None and described["name"] in COORDINATEWISE and "mask" not in described
+
+
 def description(optimizer: optax.GradientTransformation) -> dict | None:
     """``{name, ...arguments}`` of an optimizer ``make`` built (a strategy default, a config's), else ``None``."""
     return _DESCRIPTIONS.get(id(optimizer))

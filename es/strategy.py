@@ -7,7 +7,12 @@ four pure functions over its own NamedTuple state, in the style of optax::
     initial_state(params)                -> strategy_state
     scale(strategy_state, generation)    -> float32[] or float32[D]
     coefficients(strategy_state, fitness)-> Coefficients(linear f32[P], square f32[P] | None)
-    update(state, coefficients, sums)    -> (params, strategy_state, {"grad_norm", "update_norm"})
+    update(state, coefficients, sums)    -> (params, strategy_state, {"grad_norm": g, "update_norm": u})
+
+``g`` and ``u`` are the ascent direction for the mean and the change made to
+it (float32[D] vectors, or pytrees like the params), whose norms the engine
+takes in an order that does not depend on the mesh (``es.coordinates.norm``);
+a strategy may instead return the norms (scalars) itself.
 
 Every strategy here keeps a diagonal (or isotropic) Gaussian around the mean
 ``params``. Member ``i`` is ``params + scale * s_i * eps_i`` with ``eps_i`` a
@@ -110,11 +115,41 @@ class Strategy:
       strategy, each with the value that means "as before"; ``describe``
       leaves a setting out while it holds that value, so those checkpoints,
       whose description lacks it, still resume.
+    - ``coordinatewise``: whether ``update`` works coordinate by coordinate
+      (see its property); with ``exchange="sharded"`` the update is then
+      split over the devices.
+    - ``private_state``: the fields of the strategy's state NamedTuple that
+      only ``update`` reads (an optimizer's moments, never ``scale`` or
+      ``coefficients``): a coordinatewise update keeps each device's slice
+      of them on that device between generations.
     """
 
     uses_squares: ClassVar[bool] = False
     switches: ClassVar[tuple[str, ...]] = ()
     later_fields: ClassVar[dict[str, Any]] = {}
+    private_state: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def coordinatewise(self) -> bool:
+        """Whether ``update`` is coordinatewise: default ``False``.
+
+        A coordinatewise ``update``, given a slice of the coordinates (the
+        params as a float32 vector of that slice, every per-coordinate leaf
+        of the strategy state sliced alike, the same slice of the sums, and
+        ``for_slice(D)`` as the strategy), returns those coordinates of the
+        whole update, bit for bit, and its metrics as vectors of that slice:
+        no norm, sum or other reduction over coordinates, and an optimizer
+        of the same kind (``es.optimizers.coordinatewise``).
+        ``exchange="sharded"`` then has each device update its slice only
+        (docs/scaling.md).
+        """
+        return False
+
+    def for_slice(self, dim: int) -> "Strategy":
+        """The strategy that updates a slice of the ``dim`` coordinates: every setting derived from ``dim``
+        fixed to its value for all of them (default: ``self``; SNES fixes its sigma learning rate)."""
+        del dim
+        return self
 
     def __new__(cls, *args, **kwargs):
         moved = [name for name in EXECUTION_ARGUMENTS if name in kwargs]

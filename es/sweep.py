@@ -50,7 +50,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from es import validation
+from es import coordinates, sharded_update, validation
+from es.coordinates import Partition
 from es.distributed import replicate
 from es.engine import (
     Execution, Metrics, check_evolve_args, check_state, evaluate_local, evolve_checked, generation_step,
@@ -180,7 +181,14 @@ def run_many_generations(template, fitness, mesh, execution, num_generations, in
     layout = Layout.of(jax.tree.map(lambda x: x[0], states.params))  # one run's params
     noise_aux = template.noise.prepare(layout)  # shared: the runs have the same noise source
     step = functools.partial(sweep_step, template, fitness, mesh, execution, noise_aux, values)
-    return jax.lax.scan(lambda s, _: step(s), states, length=num_generations)
+    if not execution.shard_update:
+        return jax.lax.scan(lambda s, _: step(s), states, length=num_generations)
+    # Each device carries its slices of every run's private state, as es.evolve does (es/sharded_update.py).
+    part, axis = Partition(layout.dim, mesh.size, coordinates.BLOCK), mesh.axis_names
+    device = jax.lax.axis_index(axis)
+    carry = jax.vmap(lambda state: sharded_update.split(template, state, part, device))(states)
+    carry, metrics = jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
+    return jax.vmap(lambda c, state: sharded_update.join(template, c, state, part, axis))(carry, states), metrics
 
 
 def sweep_step(template, fitness, mesh, execution, noise_aux, values, states):

@@ -16,7 +16,9 @@ from test_strategies import STRATEGIES
 import es
 from es import engine
 from es.layout import Layout
+from es.coordinates import Partition
 from es.noise import standard_normal
+from jax.sharding import PartitionSpec as P
 
 SOURCES = {"prng": es.GaussianNoise(), "table": es.NoiseTable(size=2**20, seed=2)}
 MIN_SLICE = es.noise.MIN_SLICE
@@ -106,23 +108,44 @@ def test_sharded_with_fewer_than_min_slice_params_sums_everything_like_fitness()
     )
 
 
-def test_slices_cover_every_coordinate_once_in_order():
+@pytest.mark.parametrize("align", [1, es.coordinates.BLOCK])
+def test_slices_cover_every_coordinate_once_in_order(align):
     for dim in (MIN_SLICE + 1, 2 * MIN_SLICE, 8 * MIN_SLICE - 1, 8 * MIN_SLICE + 3, 70_001, 1_000_000):
         for n in (1, 2, 4, 8):
-            size = engine.slice_size(dim, n)
-            if size == dim:
+            part = Partition(dim, n, align)
+            if not part.split:
                 continue
-            starts = [min(d * size, dim - size) for d in range(n)]
-            gathered = np.concatenate([np.arange(s, s + size) for s in starts])
-            order = engine.slice_order(dim, n)
-            np.testing.assert_array_equal(gathered if order is None else gathered[order], np.arange(dim))
+            assert part.size % align == 0 and part.size >= MIN_SLICE
+            gathered = np.concatenate([np.arange(part.start(d), part.start(d) + part.size) for d in range(n)])
+            np.testing.assert_array_equal(part.assemble(gathered), np.arange(dim))
 
 
-@pytest.mark.parametrize("name", ["OpenES", "SNES"])
-def test_sharded_moves_the_fitnesses_and_one_slice_of_each_sum_per_device(name):
-    """4 P + 4 n ceil(D / n) bytes for a mean-only strategy; SNES also gathers Sums.square: 8 n ceil(D / n)."""
-    strategy = STRATEGIES[name]
+def test_norm_summed_by_owned_blocks_on_any_mesh_is_the_norm_of_the_whole():
+    """What a device with a coordinatewise update sums (the blocks it owns), gathered: the bits of one device."""
+    dim = 70_001
+    x = jax.random.normal(jax.random.key(0), (dim,)) * jnp.exp(jax.random.normal(jax.random.key(1), (dim,)))
+    whole = jax.jit(es.coordinates.norm)(x)
+    np.testing.assert_allclose(whole, jnp.linalg.norm(x), rtol=1e-6)
+    for n in (2, 4, 8):
+        part, mesh = Partition(dim, n, es.coordinates.BLOCK), es.make_mesh(n)
+
+        def from_blocks(x, part=part, mesh=mesh):
+            device = jax.lax.axis_index(mesh.axis_names)
+            own = jax.lax.dynamic_slice(x, (part.start(device),), (part.size,))
+            blocks = jax.lax.all_gather(part.owned_block_sums(device, own), mesh.axis_names, tiled=True)
+            return es.coordinates.norm_from_block_sums(blocks, dim)
+
+        sharded = jax.jit(jax.shard_map(from_blocks, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False))
+        assert np.asarray(sharded(x)).tobytes() == np.asarray(whole).tobytes(), n
+
+
+@pytest.mark.parametrize("strategy", [STRATEGIES["OpenES"], es.SepCMAES(popsize=32)], ids=["OpenES", "SepCMAES"])
+def test_sharded_moves_the_fitnesses_and_one_slice_of_each_sum_per_device(strategy):
+    """4 P + 4 n ceil(D / n) bytes for a mean-only strategy; SepCMAES also gathers Sums.square: 8 n ceil(D / n).
+
+    (Neither is coordinatewise: this OpenES's optax.adam was not built by es.optimizers.make.)"""
     dim, n = 100_003, 8
+    assert not strategy.coordinatewise
     state = strategy.init(jax.random.key(0), jnp.zeros(dim))
     report = es.collectives_report(strategy, sphere, state, es.make_mesh(n), exchange="sharded")
     sums = 2 if strategy.uses_squares else 1
@@ -131,8 +154,98 @@ def test_sharded_moves_the_fitnesses_and_one_slice_of_each_sum_per_device(name):
     assert report.total_bytes == expected, str(report)
 
 
-def test_exchange_report_models_the_bytes_the_compiled_program_moves():
-    strategy = es.OpenES(popsize=64, sigma=0.1)
+# A coordinatewise update (es/sharded_update.py): each device updates its slice, keeps its slice of the optimizer
+# state and best params, and gathers the new mean (and SNES's sigma). Each strategy that has one, with PRNG noise
+# on 8 devices; the table with the two kinds of state (a private optimizer state, a shared sigma).
+COORDINATEWISE = {
+    "OpenES": es.OpenES(popsize=32, sigma=0.1, optimizer=es.optimizers.make("adam", learning_rate=0.05),
+                        weight_decay=0.01),
+    "SNES": STRATEGIES["SNES"],
+    "ARS": STRATEGIES["ARS"],
+    "PGPE": es.PGPE(popsize=32, sigma=0.3, optimizer=es.optimizers.make("sgd", learning_rate=0.1, momentum=0.9)),
+}
+UPDATE_CASES = [(name, "prng", 8) for name in COORDINATEWISE] + [
+    ("OpenES", "table", 8), ("SNES", "table", 8), ("OpenES", "prng", 2), ("PGPE", "prng", 4)]
+
+
+@pytest.mark.parametrize("name, source, num_devices", UPDATE_CASES, ids=[f"{n}-{s}-{d}" for n, s, d in UPDATE_CASES])
+def test_sharded_coordinatewise_update_is_fitness_bit_for_bit(name, source, num_devices):
+    strategy = dataclasses.replace(COORDINATEWISE[name], noise=SOURCES[source])
+    state = strategy.init(jax.random.key(0), odd_sized_params())
+    _, execution = engine.check_evolve_args(strategy, noisy_fitness, state, 1, es.make_mesh(num_devices), "sharded")
+    assert strategy.coordinatewise and execution.shard_update
+    chex.assert_trees_all_equal(evolve(strategy, odd_sized_params(), num_devices, "sharded", generations=3),
+                                evolve(strategy, odd_sized_params(), 1, "fitness", generations=3))
+
+
+def test_each_device_carries_only_its_slice_of_the_optimizer_state_and_best_params():
+    strategy = COORDINATEWISE["OpenES"]
+    state = strategy.init(jax.random.key(0), odd_sized_params())
+    mesh = es.make_mesh(8)
+    _, execution = engine.check_evolve_args(strategy, noisy_fitness, state, 1, mesh, "sharded")
+    run = functools.partial(engine.run_generations, strategy, es.fitness.adapter(noisy_fitness), mesh, execution, 2,
+                            gather=False)
+    carry, _ = jax.eval_shape(engine.shard_replicated(run, mesh), state)  # one device's carry
+    size = Partition(70_001, 8, es.coordinates.BLOCK).size
+    assert size == 9_216 and carry.best_params.shape == (size,)
+    adam = carry.strategy_state.opt_state[0]
+    assert adam.mu.shape == adam.nu.shape == (size,)
+    assert jax.tree.structure(carry.params) == jax.tree.structure(state.params)  # the mean stays whole
+    final, _ = evolve(strategy, odd_sized_params(), 8, "sharded")
+    chex.assert_trees_all_equal_shapes(final, state)  # gathered back at the end of the call
+
+
+def test_sharded_coordinatewise_update_gathers_the_new_mean_instead_of_the_sums():
+    """OpenES: the new mean's slices, 4 n S bytes, plus the norms' block sums; SNES also its sigma's slices."""
+    dim, n = 100_003, 8
+    size = Partition(dim, n, es.coordinates.BLOCK).size
+    assert size == 13 * 1024
+    blocks = 4 * n * (4 * 13 + 1)
+    for name, vectors in (("OpenES", 1), ("SNES", 2)):
+        strategy = COORDINATEWISE[name]
+        state = strategy.init(jax.random.key(0), jnp.zeros(dim))
+        report = es.exchange_report(strategy, sphere, state, es.make_mesh(n))
+        sharded = {c.mode: c for c in report.costs}["sharded"]
+        assert sharded.bytes == sharded.measured_bytes == 4 * strategy.popsize + 4 * vectors * n * size + blocks
+        assert report.update_coordinates == size
+    # once per evolve call: Adam's two moments and the best params
+    assert sharded.bytes_per_call == 4 * n * size and (
+        {c.mode: c for c in es.exchange_report(COORDINATEWISE["OpenES"], sphere, COORDINATEWISE["OpenES"].init(
+            jax.random.key(0), jnp.zeros(dim)), es.make_mesh(n), measure=False).costs}["sharded"].bytes_per_call
+        == 3 * 4 * n * size)
+
+
+def test_sharded_coordinatewise_update_drops_a_generation_without_valid_members_like_fitness():
+    strategy = COORDINATEWISE["OpenES"]
+    state = strategy.init(jax.random.key(0), odd_sized_params())
+    start, _ = es.evolve(strategy, noisy_fitness, state, 1, mesh=es.make_mesh(8), exchange="sharded")
+
+    def all_nan(params, key):
+        return jnp.nan * noisy_fitness(params, key)
+
+    after, metrics = es.evolve(strategy, all_nan, start, 1, mesh=es.make_mesh(8), exchange="sharded")
+    chex.assert_trees_all_equal(after.params, start.params)
+    chex.assert_trees_all_equal(after.strategy_state, start.strategy_state)
+    assert int(metrics["num_invalid"][0]) == strategy.popsize
+    reference, reference_metrics = es.evolve(strategy, all_nan, start, 1, mesh=es.make_mesh(1))
+    chex.assert_trees_all_equal((after, metrics), (reference, reference_metrics))
+
+
+def test_which_strategies_update_coordinatewise():
+    assert es.OpenES(popsize=8).coordinatewise  # the default Adam, built by es.optimizers.make
+    assert not es.OpenES(popsize=8, optimizer=optax.adam(0.01)).coordinatewise  # opaque: run whole
+    assert not es.OpenES(popsize=8, optimizer=es.optimizers.make("clipup", learning_rate=0.1, max_speed=0.2)
+                         ).coordinatewise  # normalised by the norm over all coordinates
+    assert not es.PGPE(popsize=8).coordinatewise  # ClipUp by default
+    assert es.SNES(popsize=8).coordinatewise and es.ARS(popsize=8).coordinatewise
+    assert not es.SepCMAES(popsize=8).coordinatewise  # its step size follows the norm of a path
+    assert not es.optimizers.coordinatewise(es.optimizers.make("adamw", learning_rate=0.1, mask={"w": True}))
+
+
+@pytest.mark.parametrize("strategy, size", [(STRATEGIES["OpenES"], 12_501), (es.OpenES(popsize=64, sigma=0.1), 13_312)],
+                         ids=["sums", "coordinatewise"])
+def test_exchange_report_models_the_bytes_the_compiled_program_moves(strategy, size):
+    """Slices of ceil(D / n) coordinates, or of a multiple of 1,024 for a coordinatewise update (the default Adam)."""
     state = strategy.init(jax.random.key(0), jnp.zeros(100_003))
     report = es.exchange_report(strategy, sphere, state, es.make_mesh(8))
     assert report.auto == "sharded"
@@ -141,9 +254,10 @@ def test_exchange_report_models_the_bytes_the_compiled_program_moves():
     for cost in costs.values():
         assert cost.bytes == cost.measured_bytes, str(report)
     # the update's noise: every vector on every device, a 1/8 slice of each, or 1/8 of the vectors
-    assert costs["fitness"].update_floats == 32 * 100_003
-    assert costs["sharded"].update_floats == 32 * 12_501
-    assert costs["gradient"].update_floats == 4 * 100_003
+    vectors = strategy.popsize // 2
+    assert costs["fitness"].update_floats == vectors * 100_003
+    assert costs["sharded"].update_floats == vectors * size
+    assert costs["gradient"].update_floats == vectors // 8 * 100_003
     assert costs["sharded"].bit_identical and not costs["gradient"].bit_identical
     assert "sharded" in str(report)
 
@@ -178,3 +292,10 @@ def test_an_unknown_exchange_mode_is_refused_naming_the_choices():
     state = strategy.init(jax.random.key(0), jnp.zeros(10))
     with pytest.raises(ValueError, match=r"exchange='shard'.*'fitness', 'sharded', 'gradient', 'auto'"):
         es.evolve(strategy, sphere, state, 1, exchange="shard")
+
+
+def test_evolve_many_with_the_update_split_is_evolve_many_with_fitness():
+    strategy = COORDINATEWISE["SNES"]
+    states = [strategy.init(jax.random.key(seed), odd_sized_params()) for seed in (0, 1)]
+    sharded = es.evolve_many([strategy] * 2, noisy_fitness, states, 2, mesh=es.make_mesh(8), exchange="sharded")
+    chex.assert_trees_all_equal(sharded, es.evolve_many([strategy] * 2, noisy_fitness, states, 2, mesh=es.make_mesh(1)))

@@ -55,6 +55,7 @@ class ARS(Strategy):
     noise: noise_lib.NoiseSource = noise_lib.GaussianNoise()
 
     antithetic: ClassVar[bool] = True
+    coordinatewise = True
 
     def __post_init__(self):
         self.check_common()
@@ -93,4 +94,4 @@ class ARS(Strategy):
         flat, unravel = ravel_pytree(state.params)
         step = self.learning_rate * sums.linear
         params = unravel((flat.astype(jnp.float32) + step).astype(flat.dtype))
-        return params, ARSState(), {"grad_norm": jnp.linalg.norm(sums.linear), "update_norm": jnp.linalg.norm(step)}
+        return params, ARSState(), {"grad_norm": sums.linear, "update_norm": step}

@@ -13,7 +13,7 @@ With antithetic sampling the members come in pairs ``+eps_j, -eps_j``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from es import noise as noise_lib
-from es import shaping, validation
+from es import optimizers, shaping, validation
 from es.strategy import Coefficients, Schedule, State, Strategy, Sums, optimizer_field
 
 
@@ -70,6 +70,13 @@ class OpenES(Strategy):
         validation.check_shaping("OpenES", self.fitness_shaping)
         self._set("weight_decay", validation.check_float("OpenES", "weight_decay", self.weight_decay, minimum=0.0))
 
+    private_state: ClassVar[tuple[str, ...]] = ("opt_state",)
+
+    @property
+    def coordinatewise(self) -> bool:
+        """With a coordinatewise optimizer (``es.optimizers.coordinatewise``: the default Adam)."""
+        return optimizers.coordinatewise(self.optimizer)
+
     def check_run(self, dim: int) -> None:
         validation.check_shaping_output("OpenES", self.fitness_shaping, self.popsize)
         validation.check_schedule("OpenES", "sigma", self.sigma)
@@ -100,5 +107,4 @@ class OpenES(Strategy):
             unravel(loss_grad.astype(flat.dtype)), state.strategy_state.opt_state, state.params
         )
         params = optax.apply_updates(state.params, updates)
-        metrics = {"grad_norm": jnp.linalg.norm(grad), "update_norm": optax.tree.norm(updates)}
-        return params, OpenESState(opt_state), metrics
+        return params, OpenESState(opt_state), {"grad_norm": grad, "update_norm": updates}

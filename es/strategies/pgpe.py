@@ -24,7 +24,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from es import noise as noise_lib
-from es import shaping, validation
+from es import optimizers, shaping, validation
 from es.strategy import Coefficients, State, Strategy, Sums, optimizer_field
 
 
@@ -88,6 +88,14 @@ class PGPE(Strategy):
         """Whether sigma is adapted (it needs ``Sums.square``); ``sigma_learning_rate=0`` keeps it fixed."""
         return self.switched_on("sigma_learning_rate")
 
+    private_state: ClassVar[tuple[str, ...]] = ("opt_state",)
+
+    @property
+    def coordinatewise(self) -> bool:
+        """With a coordinatewise optimizer (``es.optimizers.coordinatewise``; not the default ClipUp, whose
+        steps are normalised by the norm over all coordinates)."""
+        return optimizers.coordinatewise(self.optimizer)
+
     def low_rank_fix(self) -> str:
         return "Pass sigma_learning_rate=0 to keep sigma fixed (low-rank noise then perturbs the mean only)."
 
@@ -123,5 +131,4 @@ class PGPE(Strategy):
             grad_sigma = sigma * (sums.square - jnp.sum(coefficients.square)) / (self.popsize // 2)
             limit = self.sigma_max_change * sigma
             sigma = jnp.clip(sigma + self.sigma_learning_rate * grad_sigma, sigma - limit, sigma + limit)
-        metrics = {"grad_norm": jnp.linalg.norm(grad_mean), "update_norm": optax.tree.norm(updates)}
-        return params, PGPEState(sigma, opt_state), metrics
+        return params, PGPEState(sigma, opt_state), {"grad_norm": grad_mean, "update_norm": updates}

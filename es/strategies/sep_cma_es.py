@@ -147,5 +147,4 @@ class SepCMAES(Strategy):
         delta_h = (1 - h_sigma) * k.c_c * (2 - k.c_c)
         decay = 1 + k.c_1 * delta_h - k.c_1 - k.c_mu * jnp.sum(coefficients.square)
         cov = decay * cov + k.c_1 * path_cov**2 + k.c_mu * cov * sums.square
-        metrics = {"grad_norm": jnp.linalg.norm(y_w), "update_norm": jnp.linalg.norm(step)}
-        return params, SepCMAESState(sigma, cov, path_sigma, path_cov), metrics
+        return params, SepCMAESState(sigma, cov, path_sigma, path_cov), {"grad_norm": y_w, "update_norm": step}

@@ -29,6 +29,7 @@ worse half not at all (truncation selection).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Any, NamedTuple
@@ -98,6 +99,16 @@ class SNES(Strategy):
         self._set("temperature", validation.check_optional_float(
             "SNES", "temperature", self.temperature, positive=True, example="30.0, or None"))
 
+    coordinatewise = True
+
+    def for_slice(self, dim: int) -> "SNES":
+        """The default ``eta_sigma`` depends on ``D``: a slice's update uses the whole's."""
+        if self.sigma_learning_rate is not None:
+            return self
+        sliced = copy.copy(self)  # like with_hyperparameters: no __init__, its checks passed
+        sliced._set("sigma_learning_rate", self.sigma_rate(dim))
+        return sliced
+
     def sigma_rate(self, dim: int) -> float | jax.Array:
         """``eta_sigma`` for ``dim`` parameters."""
         if self.sigma_learning_rate is not None:
@@ -125,4 +136,4 @@ class SNES(Strategy):
         step = self.learning_rate * sigma * grad_mean
         params = unravel((flat.astype(jnp.float32) + step).astype(flat.dtype))
         sigma = sigma * jnp.exp(0.5 * self.sigma_rate(flat.shape[0]) * grad_sigma)
-        return params, SNESState(sigma), {"grad_norm": jnp.linalg.norm(grad_mean), "update_norm": jnp.linalg.norm(step)}
+        return params, SNESState(sigma), {"grad_norm": grad_mean, "update_norm": step}

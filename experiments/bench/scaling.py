@@ -88,7 +88,6 @@ def child(num_devices: int, problems: list[str], sources: list[str], modes: list
     if one_core:  # before JAX starts its threads, which inherit the affinity
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     import jax
-    import optax
 
     import es
 
@@ -100,7 +99,9 @@ def child(num_devices: int, problems: list[str], sources: list[str], modes: list
         g1, g2 = generations or (g1, g2)
         dim = es.engine.num_params(params)
         for source in sources:
-            strategy = es.OpenES(popsize=popsize, sigma=0.05, optimizer=optax.adam(0.01), noise=_noise(source, dim))
+            # Adam built by name is coordinatewise: "sharded" then updates each device's slice (es/sharded_update.py)
+            strategy = es.OpenES(popsize=popsize, sigma=0.05, optimizer=es.optimizers.make("adam", learning_rate=0.01),
+                                 noise=_noise(source, dim))
             state = strategy.init(jax.random.key(0), params)
             for mode in modes:
                 costs = {}
@@ -119,6 +120,7 @@ def child(num_devices: int, problems: list[str], sources: list[str], modes: list
                        "cores": len(os.sched_getaffinity(0)),
                        "cpu_s_per_gen": cpu, "wall_s_per_gen": wall,
                        "bytes_per_gen": model.bytes, "update_floats_per_device": model.update_floats,
+                       "coordinates_updated_per_device": report.update_coordinates if mode == "sharded" else dim,
                        "eval_floats_per_device": model.eval_floats}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
