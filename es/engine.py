@@ -324,8 +324,9 @@ def exchanged_sums(members, coefficients, local_members, mesh, execution) -> Sum
       slice_size(D, n)`` coordinates (``es.coordinates.Partition``), and the
       slices are all-gathered and put back in order: the same additions in
       the same order as ``"fitness"``, so the same bits. When ``S = D``
-      (``D`` below ``MIN_SLICE``) it is ``"fitness"``. (A coordinatewise
-      strategy does not come here: ``Execution.shard_update``.)
+      (``D`` below ``MIN_SLICE``) it is ``"fitness"``. (Where a
+      coordinatewise update is split, ``Execution.shard_update``,
+      ``generation_step`` sums its own slice instead.)
     - ``"gradient"``: every device sums its own members; the sums are
       all-reduced (the grouping of the additions follows the mesh).
     """
