@@ -286,9 +286,7 @@ def exchange_report(
     size = part.size
     sharded_bytes, per_call = 0, 0
     if part.split and coordinatewise:  # the new slices, not the sums (es/sharded_update.py)
-        gathered, private = sharded_update.slice_bytes(strategy, state)
-        sharded_bytes = n * size * gathered + 4 * n * (4 * part.blocks_per_slice + 1)
-        per_call = n * size * private
+        sharded_bytes, per_call = sharded_update.gathered_bytes(strategy, state, part)
     elif part.split:
         sharded_bytes = 4 * sums * n * size
     modes = {
@@ -308,5 +306,5 @@ def exchange_report(
             measured = collectives_report(strategy, fitness_fn, state, mesh, exchange=mode, **execution).total_bytes
         costs.append(ExchangeCost(mode, bytes_, measured, eval_floats, update_floats, identical, call_bytes))
     auto = engine.resolve_exchange(strategy, layout, n)
-    updated = size if part.split and coordinatewise and noise.sliceable else dim
+    updated = size if part.split and coordinatewise else dim
     return ExchangeReport(n, popsize, dim, auto, tuple(costs), updated)

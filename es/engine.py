@@ -202,12 +202,13 @@ def run_generations(strategy, fitness, mesh, execution, num_generations, state, 
     layout = Layout.of(state.params)
     noise_aux = strategy.noise.prepare(layout)
     step = functools.partial(generation_step, strategy, fitness, mesh, execution, noise_aux)
+    def run(carry):
+        return jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
+
     if not execution.shard_update:
-        return jax.lax.scan(lambda s, _: step(s), state, length=num_generations)
+        return run(state)
     part = Partition(layout.dim, mesh.size, coordinates.BLOCK)
-    carry = sharded_update.split(strategy, state, part, jax.lax.axis_index(mesh.axis_names))
-    carry, metrics = jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
-    return (sharded_update.join(strategy, carry, state, part, mesh.axis_names) if gather else carry), metrics
+    return sharded_update.run_split(strategy, state, part, mesh.axis_names, run, gather=gather)
 
 
 def generation_step(
@@ -246,9 +247,7 @@ def generation_step(
         part = Partition(members.dim, mesh.size if execution.shard_update else 1, coordinates.BLOCK)
         with jax.named_scope("es_update"):
             if part.split:
-                start = part.start(jax.lax.axis_index(mesh.axis_names))
-                everyone = jnp.arange(strategy.popsize, dtype=jnp.int32)
-                sums = rebuild_sums(members, coefficients, everyone, execution.update_batch_size, start, part.size)
+                sums = slice_sums(members, coefficients, part, mesh, execution.update_batch_size)
             else:
                 sums = exchanged_sums(members, coefficients, local_members, mesh, execution)
         with jax.named_scope("es_optimizer"):
@@ -335,15 +334,21 @@ def exchanged_sums(members, coefficients, local_members, mesh, execution) -> Sum
         sums = rebuild_sums(members, coefficients, local_members, batch)
         with jax.named_scope("es_exchange"):
             return jax.lax.psum(sums, mesh.axis_names)
-    everyone = jnp.arange(coefficients.linear.shape[0], dtype=jnp.int32)
     part = Partition(members.dim, mesh.size)
     if execution.exchange == "fitness" or not part.split:
+        everyone = jnp.arange(coefficients.linear.shape[0], dtype=jnp.int32)
         return rebuild_sums(members, coefficients, everyone, batch)
-    start = part.start(jax.lax.axis_index(mesh.axis_names))
-    slices = rebuild_sums(members, coefficients, everyone, batch, start, part.size)
+    slices = slice_sums(members, coefficients, part, mesh, batch)
     with jax.named_scope("es_exchange"):
         gathered = jax.lax.all_gather(slices, mesh.axis_names, tiled=True)
     return jax.tree.map(part.assemble, gathered)
+
+
+def slice_sums(members, coefficients, part: Partition, mesh: Mesh, batch: int) -> Sums:
+    """``Sums`` of every member over this device's slice of ``part``'s coordinates."""
+    everyone = jnp.arange(coefficients.linear.shape[0], dtype=jnp.int32)
+    start = part.start(jax.lax.axis_index(mesh.axis_names))
+    return rebuild_sums(members, coefficients, everyone, batch, start, part.size)
 
 
 def rebuild_sums(

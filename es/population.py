@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from es.coordinates import apart
 from es.layout import Layout
 
 _NOISE_STREAM = 0
@@ -109,6 +110,21 @@ class Generation:
         index = noise_index(member, self.antithetic)
         eps = self.noise.sample(self.aux, noise_key(self.key, index), self.layout)
         return self.perturb(noise_sign(member, self.antithetic), eps)
+
+    def member_coordinates(self, member: jax.Array, start=0, size: int | None = None) -> jax.Array:
+        """Coordinates ``[start, start + size)`` of one member's raveled params (default: all ``D``).
+
+        The arithmetic of ``perturb`` on those coordinates alone, compiled
+        ``apart``, so that a slice has the bits of the same coordinates of
+        the whole in any program (``es/sharded_update.py``).
+        """
+        size = self.dim if size is None else size
+        index = noise_index(member, self.antithetic)
+        eps = self.noise.sample(self.aux, noise_key(self.key, index), self.layout, start, size)
+        scale = self.scale if jnp.ndim(self.scale) == 0 else jax.lax.dynamic_slice(self.scale, (start,), (size,))
+        mean = jax.lax.dynamic_slice(self.flat, (start,), (size,))
+        return apart(lambda mean, scale, eps: (mean.astype(jnp.float32) + scale * eps).astype(mean.dtype),
+                     mean, scale * noise_sign(member, self.antithetic), eps)
 
     def fitness_inputs(self, members: jax.Array, pairs: bool = False):
         """``(params, in_axes)``: what the fitness receives for ``members``, and how to ``vmap`` over it.

@@ -39,6 +39,8 @@ from es.strategy import State, Strategy
 
 PyTree = Any
 
+NORM_VECTORS = 4  # block sums gathered per generation: the direction, the step, the new and the old mean
+
 
 def applies(strategy: Strategy, dim: int) -> bool:
     """Whether a run's update takes this module's path (in every mode and on every mesh, so that they agree):
@@ -99,9 +101,10 @@ def _merge(strategy: Strategy, template, private: dict, shared: dict):
     return type(template)(**private, **shared)
 
 
-def slice_bytes(strategy: Strategy, state: State) -> tuple[int, int]:
-    """Bytes per coordinate of a slice gathered ``(every generation, at the end of a call)``: the mean and the
-    shared per-coordinate leaves; the private ones and the best params."""
+def gathered_bytes(strategy: Strategy, state: State, part: Partition) -> tuple[int, int]:
+    """Bytes crossing devices ``(every generation, once at the end of a call)`` besides the fitnesses: the
+    slices of the mean and of the shared per-coordinate leaves, the norms' block sums and the finite flag
+    (``update``); the slices of the private leaves and of the best params (``join``)."""
 
     def itemsizes(tree) -> int:
         found = []
@@ -111,10 +114,33 @@ def slice_bytes(strategy: Strategy, state: State) -> tuple[int, int]:
     private, shared = _fields(strategy, state.strategy_state)
     params = ravel_pytree(state.params)[0].dtype.itemsize
     best = ravel_pytree(state.best_params)[0].dtype.itemsize
-    return params + itemsizes(shared), itemsizes(private) + best
+    n, size = part.num_devices, part.size
+    norms = 4 * n * (NORM_VECTORS * part.blocks_per_slice + 1)
+    return n * size * (params + itemsizes(shared)) + norms, n * size * (itemsizes(private) + best)
 
 
 # --------------------------------------------------------------------------- the carry
+
+
+def run_split(strategy: Strategy, state: State, part: Partition, axis, run: Callable, batched: bool = False,
+              gather: bool = True):
+    """``run(carry) -> (carry, metrics)`` (the scan of generations) on this device's carry.
+
+    ``split`` first, ``join`` after unless ``gather`` is false; ``batched``:
+    ``state`` holds several runs along a leading axis (``es.evolve_many``).
+    """
+    device = jax.lax.axis_index(axis)
+
+    def to_carry(one):
+        return split(strategy, one, part, device)
+
+    def from_carry(carry, one):
+        return join(strategy, carry, one, part, axis)
+
+    if batched:
+        to_carry, from_carry = jax.vmap(to_carry), jax.vmap(from_carry)
+    carry, metrics = run(to_carry(state))
+    return (from_carry(carry, state) if gather else carry), metrics
 
 
 def split(strategy: Strategy, state: State, part: Partition, device: jax.Array) -> State:
@@ -193,15 +219,15 @@ def update(strategy: Strategy, part: Partition, axis, members: population.Genera
     # Finite everywhere, on every device (each checks its slice): the update is kept or dropped as a whole.
     floats = [x for x in jax.tree.leaves((new_params, new_view)) if jnp.issubdtype(x.dtype, jnp.inexact)]
     finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats]))
-    vectors = [ravel_pytree(v)[0] for v in (vectors["grad_norm"], vectors["update_norm"], new_params, old_params)]
+    normed = [ravel_pytree(v)[0] for v in (vectors["grad_norm"], vectors["update_norm"], new_params, old_params)]
     if sliced:
-        block_sums = [part.owned_block_sums(device, v) for v in vectors]
+        block_sums = [part.owned_block_sums(device, v) for v in normed]
         gathered = jax.lax.all_gather(jnp.concatenate([*block_sums, finite[None].astype(jnp.float32)]), axis)
         finite = jnp.all(gathered[:, -1] > 0)
         width = part.blocks_per_slice
-        block_sums = [gathered[:, k * width:(k + 1) * width].reshape(-1) for k in range(len(vectors))]
+        block_sums = [gathered[:, k * width:(k + 1) * width].reshape(-1) for k in range(NORM_VECTORS)]
     else:
-        block_sums = [coordinates.block_square_sums(v) for v in vectors]
+        block_sums = [coordinates.block_square_sums(v) for v in normed]
     grad, step, new_norm, old_norm = (coordinates.norm_from_block_sums(b, part.dim) for b in block_sums)
     keep = jnp.logical_and(any_valid, finite)
     norms = {"grad_norm": grad, "update_norm": step, "params_norm": jnp.where(keep, new_norm, old_norm)}
@@ -209,17 +235,8 @@ def update(strategy: Strategy, part: Partition, axis, members: population.Genera
                                         (old_params, view))
 
     # The best member so far (this device's slice of it).
-    def member_slice(member):
-        index = population.noise_index(member, members.antithetic)
-        eps = members.noise.sample(members.aux, population.noise_key(members.key, index), members.layout,
-                                   start, size)
-        scale = members.scale if jnp.ndim(members.scale) == 0 else cut(members.scale)
-        sign = population.noise_sign(member, members.antithetic)
-        return coordinates.apart(lambda mean, scale, eps: (mean.astype(jnp.float32) + scale * eps).astype(mean.dtype),
-                                 old_params, scale * sign, eps)
-
     unravel_best = ravel_pytree(state.best_params)[1] if not sliced else (lambda x: x)
-    best = track_best(lambda member: unravel_best(member_slice(member)))
+    best = track_best(lambda member: unravel_best(members.member_coordinates(member, start, size)))
 
     # The next generation evaluates with the whole mean and the shared state: gather their slices.
     new_private, new_shared = _fields(strategy, new_view)

@@ -181,14 +181,14 @@ def run_many_generations(template, fitness, mesh, execution, num_generations, in
     layout = Layout.of(jax.tree.map(lambda x: x[0], states.params))  # one run's params
     noise_aux = template.noise.prepare(layout)  # shared: the runs have the same noise source
     step = functools.partial(sweep_step, template, fitness, mesh, execution, noise_aux, values)
+    def run(carry):
+        return jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
+
     if not execution.shard_update:
-        return jax.lax.scan(lambda s, _: step(s), states, length=num_generations)
+        return run(states)
     # Each device carries its slices of every run's private state, as es.evolve does (es/sharded_update.py).
-    part, axis = Partition(layout.dim, mesh.size, coordinates.BLOCK), mesh.axis_names
-    device = jax.lax.axis_index(axis)
-    carry = jax.vmap(lambda state: sharded_update.split(template, state, part, device))(states)
-    carry, metrics = jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
-    return jax.vmap(lambda c, state: sharded_update.join(template, c, state, part, axis))(carry, states), metrics
+    part = Partition(layout.dim, mesh.size, coordinates.BLOCK)
+    return sharded_update.run_split(template, states, part, mesh.axis_names, run, batched=True)
 
 
 def sweep_step(template, fitness, mesh, execution, noise_aux, values, states):
