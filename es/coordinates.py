@@ -162,6 +162,12 @@ def norm_from_block_sums(block_sums: jax.Array, dim: int) -> jax.Array:
     return jnp.sqrt(halve(jnp.pad(sums, (0, width - sums.shape[0]))))
 
 
+def all_finite(tree) -> jax.Array:
+    """Whether every float in ``tree`` is finite: a scalar bool (the check that keeps a NaN/inf out of a state)."""
+    floats = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats])) if floats else jnp.bool_(True)
+
+
 def norm(tree) -> jax.Array:
     """float32 L2 norm of a pytree (or array), summed in the order ``exchange="sharded"`` reproduces on any mesh.
 

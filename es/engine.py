@@ -397,8 +397,7 @@ def vector_norm(value) -> jax.Array:
 
 def keep_if_finite(new: PyTree, old: PyTree, accept: jax.Array) -> PyTree:
     """``new`` if ``accept`` and every float in it is finite, else ``old`` (a NaN/inf never enters the state)."""
-    floats = [x for x in jax.tree.leaves(new) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    keep = functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(x)) for x in floats], accept)
+    keep = jnp.logical_and(accept, coordinates.all_finite(new))
     return jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, old)
 
 

@@ -217,8 +217,7 @@ def update(strategy: Strategy, part: Partition, axis, members: population.Genera
         sums)
 
     # Finite everywhere, on every device (each checks its slice): the update is kept or dropped as a whole.
-    floats = [x for x in jax.tree.leaves((new_params, new_view)) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats]))
+    finite = coordinates.all_finite((new_params, new_view))
     normed = [ravel_pytree(v)[0] for v in (vectors["grad_norm"], vectors["update_norm"], new_params, old_params)]
     if sliced:
         block_sums = [part.owned_block_sums(device, v) for v in normed]

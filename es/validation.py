@@ -40,13 +40,22 @@ def _traced(x) -> bool:
     return isinstance(x, jax.Array)
 
 
+def call(owner: str, name: str, value) -> str:
+    """How a message names the bad argument: ``es.OpenES(sigma=-1.0)``; an ``owner`` that already shows its
+    leading arguments, ``"tasks.make('CartPole-v1')"``, gets the option added: ``tasks.make('CartPole-v1',
+    num_episodes=0)``."""
+    if owner.endswith(")"):
+        return f"{owner[:-1]}, {name}={value!r})"
+    return f"{owner}({name}={value!r})"
+
+
 def check_int(owner: str, name: str, value, minimum: int | None = None, why: str = "") -> int:
     """``value`` as an int; ``minimum`` is inclusive. ``why`` explains the bound."""
     if not is_int(value):
-        raise TypeError(f"{owner}({name}={value!r}): {name} must be an int{_at_least(minimum)}.")
+        raise TypeError(f"{call(owner, name, value)}: {name} must be an int{_at_least(minimum)}.")
     if minimum is not None and value < minimum:
         because = f" ({why})" if why else ""
-        raise ValueError(f"{owner}({name}={value!r}): {name} must be at least {minimum}{because}.")
+        raise ValueError(f"{call(owner, name, value)}: {name} must be at least {minimum}{because}.")
     return int(value)
 
 
@@ -56,7 +65,7 @@ def check_optional_int(owner: str, name: str, value, minimum: int = 1) -> int | 
         return None
     if not is_int(value) or value < minimum:
         raise ValueError(
-            f"{owner}({name}={value!r}): {name} must be an int >= {minimum}, or None (automatic)."
+            f"{call(owner, name, value)}: {name} must be an int >= {minimum}, or None (automatic)."
         )
     return int(value)
 
@@ -81,16 +90,16 @@ def check_float(
     bound = _bound_text(positive, minimum, maximum)
     e_g = f" (e.g. {example})" if example else ""
     if not is_real(value):
-        raise TypeError(f"{owner}({name}={value!r}): {name} must be a float {bound}{e_g}.")
-    value = float(value)
+        raise TypeError(f"{call(owner, name, value)}: {name} must be a float {bound}{e_g}.")
+    number = float(value)
     if not (
-        math.isfinite(value)
-        and (not positive or value > 0)
-        and (minimum is None or value >= minimum)
-        and (maximum is None or value <= maximum)
+        math.isfinite(number)
+        and (not positive or number > 0)
+        and (minimum is None or number >= minimum)
+        and (maximum is None or number <= maximum)
     ):
-        raise ValueError(f"{owner}({name}={value!r}): {name} must be a finite float {bound}{e_g}.")
-    return value
+        raise ValueError(f"{call(owner, name, value)}: {name} must be a finite float {bound}{e_g}.")
+    return number
 
 
 def _bound_text(positive, minimum, maximum) -> str:
@@ -114,21 +123,28 @@ def check_optional_float(owner: str, name: str, value, **bounds) -> float | None
 
 def check_bool(owner: str, name: str, value) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{owner}({name}={value!r}): {name} must be True or False.")
+        raise TypeError(f"{call(owner, name, value)}: {name} must be True or False.")
+    return value
+
+
+def check_optional_bool(owner: str, name: str, value) -> bool | None:
+    """``None`` (automatic) or ``check_bool(...)``."""
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{call(owner, name, value)}: {name} must be True, False or None (automatic).")
     return value
 
 
 def check_choice(owner: str, name: str, value, choices: Iterable[str]) -> str:
     choices = list(choices)
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{owner}({name}={value!r}) is unknown; use one of {choices}.")
+        raise ValueError(f"{call(owner, name, value)} is unknown; use one of {choices}.")
     return value
 
 
 def check_optimizer(owner: str, name: str, value) -> optax.GradientTransformation:
     if not isinstance(value, optax.GradientTransformation):
         raise TypeError(
-            f"{owner}({name}={value!r}): {name} must be an optax.GradientTransformation, "
+            f"{call(owner, name, value)}: {name} must be an optax.GradientTransformation, "
             "e.g. optax.adam(1e-2) or es.clipup(0.15, max_speed=0.3)."
         )
     return value
@@ -188,13 +204,12 @@ def check_shaping(owner: str, value) -> None:
     from es import shaping
 
     choices = sorted(shaping.SHAPING_METHODS)
+    where, use = call(owner, "fitness_shaping", value), f"use one of {choices} or a callable fitness -> weights"
     if isinstance(value, str):
         if value not in shaping.SHAPING_METHODS:
-            raise ValueError(
-                f"{owner}(fitness_shaping={value!r}) is unknown; use one of {choices} or a callable fitness -> weights."
-            )
+            raise ValueError(f"{where} is unknown; {use}.")
     elif not callable(value):
-        raise TypeError(f"{owner}(fitness_shaping={value!r}): use one of {choices} or a callable fitness -> weights.")
+        raise TypeError(f"{where}: {use}.")
 
 
 def check_shaping_output(owner: str, fn, popsize: int) -> None:
@@ -215,7 +230,7 @@ def check_float_or_schedule(owner: str, name: str, value, example: str) -> Any:
         return value
     if not is_real(value):
         raise TypeError(
-            f"{owner}({name}={value!r}): {name} must be a float > 0 (e.g. {example}) or a callable "
+            f"{call(owner, name, value)}: {name} must be a float > 0 (e.g. {example}) or a callable "
             "schedule generation -> value (e.g. optax.exponential_decay(0.1, 100, 0.5))."
         )
     return check_float(owner, name, value, positive=True, example=f"{example}, or a schedule generation -> {name}")
@@ -226,7 +241,7 @@ def check_schedule(owner: str, name: str, schedule) -> None:
     if not callable(schedule):
         return
     fix = "a schedule must return one float per generation, e.g. optax.exponential_decay(0.1, 100, 0.5)"
-    where = f"{owner}({name}={schedule!r})"
+    where = call(owner, name, schedule)
     try:
         out = jax.eval_shape(lambda g: jnp.asarray(schedule(g)), jax.ShapeDtypeStruct((), jnp.int32))
     except Exception as error:  # whatever tracing the user's schedule raises

@@ -28,8 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from es import validation
 from tasks import functions
-from tasks.registry import register
+from tasks.registry import make_owner, register
 
 AUTO_ROTATE_MAX_DIM = 100  # rotate=None rotates up to this dim (a D x D matrix per rotation)
 ROTATE_MAX_DIM = 2000  # rotate=True refuses larger dims (two 16 MB constants already)
@@ -141,12 +142,10 @@ class BBOBTask(functions.BoxMinimisation):
 def _bbob_factory(name: str) -> Callable[..., BBOBTask]:
     def factory(dim: int = 10, seed: int = 0, rotate: bool | None = None) -> BBOBTask:
         dim = functions.check_dim(name, dim)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"tasks.make({name!r}, seed={seed!r}): seed must be an int >= 0.")
+        seed = validation.check_int(make_owner(name), "seed", seed, minimum=0)
+        rotate = validation.check_optional_bool(make_owner(name), "rotate", rotate)
         if rotate is None:
             rotate = dim <= AUTO_ROTATE_MAX_DIM
-        elif not isinstance(rotate, bool):
-            raise TypeError(f"tasks.make({name!r}, rotate={rotate!r}): rotate must be True, False or None (auto).")
         if rotate and dim > ROTATE_MAX_DIM:
             raise ValueError(
                 f"tasks.make({name!r}, dim={dim}, rotate=True): rotations are dense D x D matrices; "

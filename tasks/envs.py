@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import es
+from es import validation
 from tasks import obs_norm as obsnorm
 from tasks.policies import (
     ACTIVATIONS,
@@ -46,7 +47,7 @@ from tasks.policies import (
     MLPPolicy,
     Policy,
 )
-from tasks.registry import register_family
+from tasks.registry import make_owner, register_family
 
 PyTree = Any
 POLICIES = ("mlp", "cnn")
@@ -359,9 +360,9 @@ def _check_env_params(env_id: str, defaults, overrides) -> None:
         if isinstance(old, bool):
             continue  # bools and arrays are passed on as before
         if isinstance(old, numbers.Integral):
-            expected, ok = "an int", es.validation.is_int(value)
+            expected, ok = "an int", validation.is_int(value)
         elif isinstance(old, numbers.Real):
-            expected, ok = "a real number", es.validation.is_real(value)
+            expected, ok = "a real number", validation.is_real(value)
         else:
             continue
         if not ok:
@@ -371,26 +372,10 @@ def _check_env_params(env_id: str, defaults, overrides) -> None:
             )
 
 
-def check_choice(env_id: str, option: str, value, choices) -> str:
-    """``value`` if it is one of the str ``choices``, else a ValueError listing them."""
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"tasks.make({env_id!r}, {option}={value!r}): use one of {list(choices)} for {option}.")
-    return value
-
-
-def check_int_option(env_id: str, option: str, value, minimum: int = 1, allow_none: bool = False):
-    """``int(value)`` if it is an int >= ``minimum`` (or ``None`` when allowed), else a ValueError naming ``option``."""
-    if value is None and allow_none:
-        return None
-    if not es.validation.is_int(value) or value < minimum:
-        raise ValueError(f"tasks.make({env_id!r}, {option}={value!r}): {option} must be an int >= {minimum}.")
-    return int(value)
-
-
 def check_hidden_sizes(env_id: str, hidden_sizes, example: str) -> tuple[int, ...]:
     """``hidden_sizes`` as a tuple of ints >= 1 (a tuple or list of them), else a ValueError showing ``example``."""
     if not isinstance(hidden_sizes, (tuple, list)) or any(
-        not es.validation.is_int(h) or h < 1 for h in hidden_sizes
+        not validation.is_int(h) or h < 1 for h in hidden_sizes
     ):
         raise ValueError(
             f"tasks.make({env_id!r}, hidden_sizes={hidden_sizes!r}): give a tuple of positive ints, {example}."
@@ -400,10 +385,11 @@ def check_hidden_sizes(env_id: str, hidden_sizes, example: str) -> tuple[int, ..
 
 def check_episode_options(env_id: str, num_episodes, max_steps, policy, policies) -> tuple[int, int | None, str]:
     """The options every environment task shares: ``(num_episodes, max_steps or None, policy)``, checked."""
+    owner = make_owner(env_id)
     return (
-        check_int_option(env_id, "num_episodes", num_episodes),
-        check_int_option(env_id, "max_steps", max_steps, allow_none=True),
-        check_choice(env_id, "policy", policy, policies),
+        validation.check_int(owner, "num_episodes", num_episodes, minimum=1),
+        validation.check_optional_int(owner, "max_steps", max_steps),
+        validation.check_choice(owner, "policy", policy, policies),
     )
 
 
@@ -431,7 +417,7 @@ def _head(env_id: str, space, action_selection: str | None, images: bool):
         action_selection = DEFAULT_SELECTION[kind, images]
     elif action_selection not in choices:
         all_choices = [*DISCRETE_SELECTIONS, *BOX_SELECTIONS]
-        check_choice(env_id, "action_selection", action_selection, all_choices)  # not a selection at all
+        validation.check_choice(make_owner(env_id), "action_selection", action_selection, all_choices)  # not one at all
         raise ValueError(
             f"tasks.make({env_id!r}, action_selection={action_selection!r}): {env_id} has {kind} actions; "
             f"use one of {list(choices)} (or None for {DEFAULT_SELECTION[kind, images]!r})."
@@ -475,20 +461,17 @@ def env_factory(env_id: str):
         random_start_actions: int = 0,
     ) -> EnvTask:
         num_episodes, max_steps, policy = check_episode_options(env_id, num_episodes, max_steps, policy, POLICIES)
-        random_start_actions = check_int_option(env_id, "random_start_actions", random_start_actions, minimum=0)
-        if es.validation.is_int(hidden_sizes):
+        owner = make_owner(env_id)
+        random_start_actions = validation.check_int(owner, "random_start_actions", random_start_actions, minimum=0)
+        if validation.is_int(hidden_sizes):
             hidden_sizes = (hidden_sizes,)
         if hidden_sizes is not None:
             hidden_sizes = check_hidden_sizes(env_id, hidden_sizes, "e.g. (32, 32), or () for a linear policy")
         activation = DEFAULT_ACTIVATION[policy] if activation is None else activation
-        activation = check_choice(env_id, "activation", activation, sorted(ACTIVATIONS))
-        if obs_norm is not None and not isinstance(obs_norm, bool):
-            raise TypeError(
-                f"tasks.make({env_id!r}, obs_norm={obs_norm!r}): obs_norm must be True, False or None (auto)."
-            )
-        conv_channels = check_int_option(env_id, "conv_channels", conv_channels)
-        if not es.validation.is_real(output_scale) or not output_scale > 0:
-            raise ValueError(f"tasks.make({env_id!r}, output_scale={output_scale!r}): must be a float > 0.")
+        activation = validation.check_choice(owner, "activation", activation, sorted(ACTIVATIONS))
+        obs_norm = validation.check_optional_bool(owner, "obs_norm", obs_norm)
+        conv_channels = validation.check_int(owner, "conv_channels", conv_channels, minimum=1)
+        output_scale = validation.check_float(owner, "output_scale", output_scale, positive=True)
         kwargs_pairs = option_pairs(env_id, "env_kwargs", env_kwargs)
         params_pairs = option_pairs(env_id, "env_params", env_params)
 

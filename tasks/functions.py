@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tasks.registry import register
+from es import validation
+from tasks.registry import make_owner, register
 
 
 def sphere(x: jax.Array) -> jax.Array:
@@ -171,10 +172,8 @@ class FunctionTask(BoxMinimisation):
 
 
 def check_dim(name: str, dim) -> int:
-    """``dim`` as an int, or a ``ValueError`` naming the task."""
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-        raise ValueError(f"tasks.make({name!r}, dim={dim!r}): dim must be a positive int, e.g. dim=10.")
-    return int(dim)
+    """``dim`` as an int >= 1, or an error naming the task."""
+    return validation.check_int(make_owner(name), "dim", dim, minimum=1, why="e.g. dim=10")
 
 
 def _function_factory(name: str, benchmark: Benchmark) -> Callable[..., FunctionTask]:

@@ -46,11 +46,11 @@ from es import validation
 from es.host import member_seed
 from tasks import obs_norm as obsnorm
 from tasks.envs import (
-    EnvFitnessState, MemberStats, check_choice, check_episode_options, check_hidden_sizes, option_pairs,
+    EnvFitnessState, MemberStats, check_episode_options, check_hidden_sizes, option_pairs,
     update_fitness_state,
 )
 from tasks.policies import BoxHead, DiscreteHead, MLPPolicy
-from tasks.registry import register_family
+from tasks.registry import make_owner, register_family
 
 PyTree = Any
 
@@ -300,11 +300,11 @@ def gym_factory(env_id: str):
                              "hidden layers; use policy='mlp' with hidden_sizes.")
         hidden_sizes = () if policy == "linear" else hidden_sizes or DEFAULT_HIDDEN_SIZES
         hidden_sizes = check_hidden_sizes(name, hidden_sizes, "e.g. (64, 64)")
-        activation = check_choice(name, "activation", activation, sorted(NUMPY_ACTIVATIONS))
+        owner = make_owner(name)
+        activation = validation.check_choice(owner, "activation", activation, sorted(NUMPY_ACTIVATIONS))
         action_squash = "clip" if action_squash is None and policy == "linear" else action_squash or "tanh"
-        action_squash = check_choice(name, "action_squash", action_squash, ACTION_SQUASHES)
-        if not isinstance(obs_norm, bool):
-            raise TypeError(f"tasks.make({name!r}, obs_norm={obs_norm!r}): obs_norm must be True or False.")
+        action_squash = validation.check_choice(owner, "action_squash", action_squash, ACTION_SQUASHES)
+        obs_norm = validation.check_bool(owner, "obs_norm", obs_norm)
         if reward_offset is None:
             family = env_id.split("-v")[0]
             reward_offset = -SURVIVAL_BONUS[family] if family in SURVIVAL_BONUS else 0.0

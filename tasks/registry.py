@@ -17,6 +17,12 @@ _FACTORIES: dict[str, Callable[..., Any]] = {}
 _FAMILIES: list[tuple[Callable[[], list[str]], Callable[[str], Callable[..., Any]]]] = []
 
 
+def make_owner(name: str) -> str:
+    """What ``es.validation``'s messages name for an option of ``tasks.make(name, ...)``: ``tasks.make('name')``,
+    shown as ``tasks.make('name', option=value)``."""
+    return f"tasks.make({name!r})"
+
+
 def register(name: str, factory: Callable[..., Any]) -> None:
     """Make ``tasks.make(name, **options)`` call ``factory(**options)``."""
     if not isinstance(name, str) or not name:

@@ -98,18 +98,21 @@ def test_slurm_is_detected_from_its_environment_and_one_task_is_a_plain_process(
     assert es.distributed.initialize() == es.distributed.ProcessGroup(0, 1, None, "single process")
 
 
-@pytest.mark.parametrize("strategy", ["SNES"])
-def test_other_strategies_run_across_two_processes_bit_for_bit(strategy, tmp_path):
-    """The engine is shared: a per-coordinate strategy gives one process's results on two processes."""
+def test_the_split_update_runs_across_two_processes_bit_for_bit(tmp_path):
+    """SNES (coordinatewise) on 8,800 params with exchange="sharded": each process's device updates its half of
+    the coordinates and the halves cross processes; the result is one process's on one device, bit for bit."""
+    strategy, hidden = "SNES", 1100
+    assert es.sharded_update.applies(es.STRATEGIES[strategy](popsize=32, sigma=0.1), 8 * hidden)
+    worker = [WORKER, "--strategy", strategy, "--hidden", str(hidden), "--exchange", "sharded"]
     runs = {"2x1": tmp_path / "2x1", "1x1": tmp_path / "1x1"}
     for path in runs.values():
         path.mkdir()
     procs = {
         "2x1": subprocess.Popen(
-            launcher("--processes", "2", "--timeout", str(CHILD_TIMEOUT), "--", sys.executable, WORKER,
-                     str(runs["2x1"]), "--strategy", strategy),
+            launcher("--processes", "2", "--timeout", str(CHILD_TIMEOUT), "--", sys.executable, worker[0],
+                     str(runs["2x1"]), *worker[1:], "--report"),
             env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        "1x1": subprocess.Popen([sys.executable, WORKER, str(runs["1x1"]), "--strategy", strategy],
+        "1x1": subprocess.Popen([sys.executable, worker[0], str(runs["1x1"]), *worker[1:]],
                                 env=child_env(JAX_NUM_CPU_DEVICES="1"), cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True),
     }
@@ -117,12 +120,16 @@ def test_other_strategies_run_across_two_processes_bit_for_bit(strategy, tmp_pat
         output = proc.communicate(timeout=CHILD_TIMEOUT + 10)[0]
         assert proc.returncode == 0, f"{name}:\n{output[-3000:]}"
     reference = load_npz(runs["1x1"] / "rank0.npz")
-    assert "state/.strategy_state.sigma" in reference
+    assert "state/.strategy_state.sigma" in reference and reference["state/.params['w1']"].shape == (4, hidden)
     for rank in (0, 1):
         got = load_npz(runs["2x1"] / f"rank{rank}.npz")
         assert sorted(got) == sorted(reference)
         for name in reference:
             np.testing.assert_array_equal(got[name], reference[name], err_msg=f"rank {rank}: {name}")
+        # What crossed: the fitnesses and, per generation, each device's slice of the mean and of sigma
+        # (the update was split), not only the 32 fitnesses.
+        info = json.loads((runs["2x1"] / f"rank{rank}.json").read_text())
+        assert info["report_ops"] == ["all-gather"] and info["report_total_bytes"] > 2 * 4 * 8 * hidden
 
 
 def test_two_processes_of_two_devices_match_one_process_of_four_and_of_one_device_bit_for_bit(tmp_path):

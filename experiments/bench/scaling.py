@@ -14,7 +14,9 @@ of every thread of the process) and ``time.perf_counter()`` (wall).
 The emulated devices share this machine's cores, so the total work is what
 adding devices costs: the redundant-work factor ``CPU(n) / CPU(1)`` is 1 when
 the devices split the work and ``n`` when each of them repeats all of it.
-Target: <= 1.3 at 8 devices for ``exchange="sharded"``.
+Target: <= 1.3 at 8 devices for ``exchange="sharded"``. Where a generation is
+cheap (the noise table), time more of them per call, e.g. ``--generations 2 10
+--repeats 5``: a difference of two short calls doubles their noise.
 
 ``--one-core`` runs every child on one core (``os.sched_setaffinity``), so 1
 and 8 devices get the same hardware: 8 emulated devices then take turns on

@@ -1,6 +1,7 @@
 """One ES run written to disk, for the multi-process tests (run as a script, one per process).
 
     python tests/workers/evolve_run.py OUT_DIR [--report] [--continue-locally] [--strategy NAME]
+                                       [--hidden H] [--exchange MODE]
                                        [--sleep-before-initialize-on-rank R] [--forever]
 
 Initializes es.distributed (a no-op in a plain process), evolves a small
@@ -27,6 +28,8 @@ parser.add_argument("--report", action="store_true", help="also write es.collect
 parser.add_argument("--continue-locally", action="store_true", help="then 2 generations with mesh=None")
 parser.add_argument("--forever", action="store_true", help="keep evolving until killed")
 parser.add_argument("--strategy", default="OpenES", help="a name of es.STRATEGIES (popsize 32, sigma 0.1)")
+parser.add_argument("--hidden", type=int, default=16, help="hidden width: 8*H params (H > 1024: the split update)")
+parser.add_argument("--exchange", default="fitness", help="es.evolve's exchange= on the mesh")
 args = parser.parse_args()
 
 rank = int(os.environ.get(es.distributed.ENV_PROCESS_ID, "0"))
@@ -55,7 +58,7 @@ def policy_return(params, key):
 strategy = (es.OpenES(popsize=32, sigma=0.1, optimizer=optax.adam(0.05)) if args.strategy == "OpenES"
             else es.STRATEGIES[args.strategy](popsize=32, sigma=0.1))
 k1, k2 = jax.random.split(jax.random.key(1))
-params = {"w1": 0.1 * jax.random.normal(k1, (4, 16)), "w2": 0.1 * jax.random.normal(k2, (16, 4))}
+params = {"w1": 0.1 * jax.random.normal(k1, (4, args.hidden)), "w2": 0.1 * jax.random.normal(k2, (args.hidden, 4))}
 state = strategy.init(jax.random.key(0), params)
 mesh = es.make_mesh()
 print(f"process {group.process_id} of {group.num_processes} ({group.source}), pid {os.getpid()}, "
@@ -67,8 +70,8 @@ if args.forever:
         jax.block_until_ready(state)
         print(f"evolving, generation {int(state.generation)}", flush=True)
 
-state, first = es.evolve(strategy, policy_return, state, 2, mesh=mesh)
-state, second = es.evolve(strategy, policy_return, state, 2, mesh=mesh)  # continues from global arrays
+state, first = es.evolve(strategy, policy_return, state, 2, mesh=mesh, exchange=args.exchange)
+state, second = es.evolve(strategy, policy_return, state, 2, mesh=mesh, exchange=args.exchange)  # from global arrays
 metrics = jax.tree.map(lambda a, b: np.concatenate([a, b]), es.distributed.fetch(first), es.distributed.fetch(second))
 results = {"state": state}
 if args.continue_locally:  # mesh=None: every process continues alone on its own device, from the global state
@@ -93,7 +96,7 @@ info = {
 if args.continue_locally:
     info["local_state_on_this_process"] = bool(results["local_state"].params["w1"].is_fully_addressable)
 if args.report:
-    report = es.collectives_report(strategy, policy_return, state, mesh)
+    report = es.collectives_report(strategy, policy_return, state, mesh, exchange=args.exchange)
     info["report_total_bytes"] = report.total_bytes
     info["report_ops"] = sorted({c.op for c in report.crossing})
     info["report_group_sizes"] = sorted({c.group_size for c in report.crossing})
