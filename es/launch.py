@@ -157,7 +157,9 @@ def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _markers(marker_dir: str, stage: str, processes: int) -> set[int]:
+def markers_written(marker_dir: str, stage: str, processes: int) -> set[int]:
+    """The ranks that have written their ``stage`` marker (``initializing``, ``connected``, ``stoppable``) in
+    ``marker_dir`` (``es.distributed`` writes them as a rank gets there)."""
     return {rank for rank in range(processes) if os.path.exists(os.path.join(marker_dir, f"{stage}.{rank}"))}
 
 
@@ -176,7 +178,7 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
         proc.wait()
 
 
-class _Signals:
+class Signals:
     """The SIGTERM/SIGINT the launcher received, in order (handlers only record them)."""
 
     def __init__(self):
@@ -196,14 +198,14 @@ class _Signals:
 
 def launch(args: argparse.Namespace) -> int:
     """Start the ranks, relay their output, and return the job's exit status."""
-    signals = _Signals()
+    signals = Signals()
     try:
         return _launch(args, signals)
     finally:
         signals.restore()
 
 
-def _launch(args: argparse.Namespace, signals: _Signals) -> int:
+def _launch(args: argparse.Namespace, signals: Signals) -> int:
     port = args.port or free_loopback_port()
     lock = threading.Lock()
     say = lambda message: _say(lock, message)  # noqa: E731
@@ -231,7 +233,7 @@ def _launch(args: argparse.Namespace, signals: _Signals) -> int:
                 pump = threading.Thread(target=_pump, args=(stream, out, prefix, lock), daemon=True)
                 pump.start()
                 pumps.append(pump)
-        status = _supervise(args, procs, marker_dir, say, signals)
+        status = supervise(args, procs, marker_dir, say, signals)
         for pump in pumps:
             pump.join(timeout=2.0)
     return status
@@ -243,7 +245,10 @@ def _say(lock: threading.Lock, message: str) -> None:
         sys.stderr.buffer.flush()
 
 
-def _supervise(args, procs, marker_dir, say, signals) -> int:
+def supervise(args, procs, marker_dir, say, signals) -> int:
+    """Poll the ranks ``procs`` until the job ends; its exit status. The first rank to fail, a rank that has not
+    reached ``es.distributed.initialize`` within ``args.initialization_timeout``, ``args.timeout`` or a signal
+    in ``signals`` (a ``Signals``) stops the others; ``say`` reports why."""
     start = time.monotonic()
     first_initializing = None
     while True:
@@ -253,7 +258,7 @@ def _supervise(args, procs, marker_dir, say, signals) -> int:
         failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
         if failed:
             rank = failed[0]
-            missing = sorted(set(range(args.processes)) - _markers(marker_dir, "initializing", args.processes))
+            missing = sorted(set(range(args.processes)) - markers_written(marker_dir, "initializing", args.processes))
             note = ""
             if missing and len(missing) < args.processes:
                 note = f" (rank(s) {missing} never reached es.distributed.initialize)"
@@ -265,11 +270,11 @@ def _supervise(args, procs, marker_dir, say, signals) -> int:
             return 0
         now = time.monotonic()
         if first_initializing != float("inf"):  # until every rank has connected
-            started = _markers(marker_dir, "initializing", args.processes)
+            started = markers_written(marker_dir, "initializing", args.processes)
             if started and first_initializing is None:
                 first_initializing = now
             if first_initializing is not None and now - first_initializing > args.initialization_timeout + 5:
-                connected = _markers(marker_dir, "connected", args.processes)
+                connected = markers_written(marker_dir, "connected", args.processes)
                 if len(connected) < args.processes:
                     missing = sorted(set(range(args.processes)) - started)
                     who = f"rank(s) {missing} never reached" if missing else "not every rank completed"
@@ -291,7 +296,7 @@ def _pass_on_stop(args, procs, marker_dir, say, signals) -> int:
     """Send the launcher's first SIGTERM/SIGINT to every rank once; wait for them; SIGKILL what is left."""
     signum = signals.received[0]
     live = [rank for rank, proc in enumerate(procs) if proc.poll() is None]
-    stoppable = _markers(marker_dir, "stoppable", args.processes)
+    stoppable = markers_written(marker_dir, "stoppable", args.processes)
     wait = args.stop_timeout if set(live) <= stoppable else args.kill_grace
     how = ("they finish their es.run segment and checkpoint" if set(live) <= stoppable
            else "not every rank is in es.run")

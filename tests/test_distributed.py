@@ -227,11 +227,11 @@ def test_launcher_stops_polling_initialization_markers_once_every_rank_connected
         for rank in (0, 1):
             (tmp_path / f"{stage}.{rank}").touch()
     reads = []
-    markers = launch._markers
-    monkeypatch.setattr(launch, "_markers", lambda *a: reads.append(a[1]) or markers(*a))
+    markers = launch.markers_written
+    monkeypatch.setattr(launch, "markers_written", lambda *a: reads.append(a[1]) or markers(*a))
     monkeypatch.setattr(launch, "time", Clock)
     args = launch.argparse.Namespace(processes=2, initialization_timeout=3, timeout=None, kill_grace=0.0)
-    status = launch._supervise(args, [Rank(), Rank()], str(tmp_path), print, launch._Signals())
+    status = launch.supervise(args, [Rank(), Rank()], str(tmp_path), print, launch.Signals())
     assert status == 0
     # read every poll (second) until the initialization timeout (3 + 5 s) passes with every rank connected,
     # then never again
