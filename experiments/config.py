@@ -466,6 +466,22 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
     return config
 
 
+def _check_strategy_switch(section: dict, name, flag: str) -> None:
+    """Setting only ``strategy.name`` keeps the other keys, the old strategy's (its defaults too, once
+    resolved): raise, showing the whole-section form, where the new strategy has no such keys."""
+    old = section.get("name", DEFAULT_STRATEGY)
+    if name == old or name not in _strategy_names():
+        return  # the same strategy, or an unknown name (section_fields names the choices)
+    stale = [key for key in section if key != "name" and key not in strategy_schema(name)]
+    if stale:
+        kept = ", ".join(f"{key}: {section[key]}" for key in ("popsize", "sigma") if key in section)
+        raise ConfigError(
+            f"{flag} strategy.name={name}: the strategy section still holds {old}'s keys {stale}, which {name} "
+            f"does not take; switch strategy by replacing the whole section, e.g. {flag} "
+            f"'strategy={{name: {name}{', ' + kept if kept else ''}}}'."
+        )
+
+
 def set_values(config: dict, values: dict[str, Any], flag: str = "--set") -> dict:
     """A copy of ``config`` with ``values`` (``"section.key[.sub...]" -> value``) set; ``flag`` names the source in errors.
 
@@ -482,6 +498,8 @@ def set_values(config: dict, values: dict[str, Any], flag: str = "--set") -> dic
                               "e.g. --set strategy.popsize=512.")
         section = path[0]
         _check_known(section, path[1], context=f"{flag} {dotted}: ", values=config.get(section) or {})
+        if path == ["strategy", "name"]:
+            _check_strategy_switch(config.get("strategy") or {}, value, flag)
         node = config.setdefault(section, {})
         for depth, part in enumerate(path[1:-1], start=1):
             child = node.get(part)

@@ -157,6 +157,9 @@ def test_the_strategy_section_is_derived_from_each_strategy_s_fields():
         (["strategy={name: SNES, popsize: 8, sigma_learning_rate: fast}"], ["strategy.sigma_learning_rate",
                                                                             "must be a number"]),
         (["strategy={name: SepCMAES}"], ["strategy.popsize is required"]),
+        # Only the name switched: the resolved OpenES section's optimizer and shaping stay, which SepCMAES lacks.
+        (["strategy.name=SepCMAES"], ["--set strategy.name=SepCMAES", "OpenES's keys ['optimizer'",
+                                      "replacing the whole section", "--set 'strategy={name: SepCMAES, popsize: "]),
     ],
 )
 def test_bad_strategy_sections_name_the_strategy_and_the_key(overrides, fragments):
