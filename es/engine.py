@@ -202,13 +202,25 @@ def run_generations(strategy, fitness, mesh, execution, num_generations, state, 
     layout = Layout.of(state.params)
     noise_aux = strategy.noise.prepare(layout)
     step = functools.partial(generation_step, strategy, fitness, mesh, execution, noise_aux)
+    return scan_generations(strategy, mesh, execution, layout.dim, step, num_generations, state, gather=gather)
+
+
+def scan_generations(strategy, mesh, execution, dim, step, num_generations, state, batched=False, gather=True):
+    """``step`` scanned ``num_generations`` times from ``state``: ``(state, metrics)``.
+
+    With ``execution.shard_update`` the scan runs on this device's carry
+    (``sharded_update.run_split``; ``batched``: several runs stacked, as
+    ``es.evolve_many`` has them), gathered back at the end unless ``gather``
+    is false.
+    """
+
     def run(carry):
         return jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
 
     if not execution.shard_update:
         return run(state)
-    part = Partition(layout.dim, mesh.size, coordinates.BLOCK)
-    return sharded_update.run_split(strategy, state, part, mesh.axis_names, run, gather=gather)
+    part = Partition(dim, mesh.size, coordinates.BLOCK)
+    return sharded_update.run_split(strategy, state, part, mesh.axis_names, run, batched=batched, gather=gather)
 
 
 def generation_step(

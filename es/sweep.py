@@ -50,12 +50,11 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from es import coordinates, sharded_update, validation
-from es.coordinates import Partition
+from es import validation
 from es.distributed import replicate
 from es.engine import (
     Execution, Metrics, check_evolve_args, check_state, evaluate_local, evolve_checked, generation_step,
-    shard_replicated, this_generation,
+    scan_generations, shard_replicated, this_generation,
 )
 from es.layout import Layout
 from es.fitness import FitnessRef, GivenFitness, HostFitness, adapter
@@ -181,14 +180,8 @@ def run_many_generations(template, fitness, mesh, execution, num_generations, in
     layout = Layout.of(jax.tree.map(lambda x: x[0], states.params))  # one run's params
     noise_aux = template.noise.prepare(layout)  # shared: the runs have the same noise source
     step = functools.partial(sweep_step, template, fitness, mesh, execution, noise_aux, values)
-    def run(carry):
-        return jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
-
-    if not execution.shard_update:
-        return run(states)
-    # Each device carries its slices of every run's private state, as es.evolve does (es/sharded_update.py).
-    part = Partition(layout.dim, mesh.size, coordinates.BLOCK)
-    return sharded_update.run_split(template, states, part, mesh.axis_names, run, batched=True)
+    # With the split update each device carries its slices of every run's private state, as es.evolve does.
+    return scan_generations(template, mesh, execution, layout.dim, step, num_generations, states, batched=True)
 
 
 def sweep_step(template, fitness, mesh, execution, noise_aux, values, states):
