@@ -22,7 +22,7 @@ from es.collectives import (
     exchange_report,
 )
 from es.engine import EXCHANGE_MODES, METRIC_NAMES, evolve, generation_step
-from es.fitness import StatefulFitness
+from es.fitness import CommonRandomNumbers, StatefulFitness
 from es.host import FitnessError, HostFitness
 from es.mesh import POPULATION_AXIS, make_mesh
 from es.layout import Layout
@@ -56,6 +56,7 @@ __all__ = [
     "ClipUpState",
     "Coefficients",
     "Collective",
+    "CommonRandomNumbers",
     "CollectivesReport",
     "EXCHANGE_MODES",
     "ExchangeCost",

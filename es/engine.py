@@ -501,6 +501,11 @@ def check_evolve_args(
             f"use a multiple of {mesh.size} (e.g. {-(-strategy.popsize // mesh.size) * mesh.size}) "
             f"or a mesh whose size divides {strategy.popsize}."
         )
+    if fitness.shared_by == "pair" and not strategy.antithetic:
+        raise ValueError(
+            f"es.CommonRandomNumbers(shared_by='pair') shares a key within antithetic pairs, but this "
+            f"{type(strategy).__name__} has antithetic=False; use shared_by='generation' or an antithetic strategy."
+        )
     check_state(strategy, fitness, state)
     layout = Layout.of(state.params)
     check_noise(strategy, state, layout)
@@ -528,7 +533,7 @@ def check_fitness_input(strategy: Strategy, fitness, state: State, layout: Layou
     if not strategy.noise.factored:
         fitness.check(state.params, state.key, state.fitness_state)
         return
-    if not isinstance(fitness, FitnessRef):
+    if fitness.on_host:
         raise TypeError(
             "LowRankNoise(factored=True) passes es.LowRank matrix leaves, which only a JAX fitness function can "
             "take; with an es.HostFitness use LowRankNoise(factored=False), whose members are plain arrays."

@@ -10,6 +10,11 @@ small per-member statistics; the engine gathers them for the whole population
 in member order (``popsize x stats`` floats, the only non-fitness exchange) and
 every device folds them into the state with ``update`` in the same fixed order,
 so results stay independent of the device count.
+
+``CommonRandomNumbers(fitness)`` evaluates the members of a generation (or of
+each antithetic pair) with one key: the same episodes, the same sampled
+actions, the same environment noise, so that the differences between their
+fitnesses come from their parameters alone.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from es import population
+from es import population, validation
 from es.batching import default_eval_batch_size
 from es.host import HostFitness
 
@@ -46,6 +51,65 @@ class StatefulFitness(NamedTuple):
         return self.evaluate(params, key, self.init())[0]
 
 
+class CommonRandomNumbers(NamedTuple):
+    """``fitness`` evaluated with common random numbers: members share their evaluation key.
+
+    A fitness that draws randomness from its key (episodes' start states,
+    sampled actions, environment noise) scores two members apart partly by
+    luck. Giving them the same key removes that part of the difference, the
+    variance reduction of common random numbers (Glasserman & Yao 1992),
+    which EvoJAX's training loop uses for every population; with a sampled
+    policy (``jax.random.categorical``, Gumbel-max) two members with close
+    logits then take the same actions until their logits part. Each
+    generation still draws fresh keys, and the mean is not biased: each
+    member's fitness is the same random variable as with its own key.
+
+    Args:
+      fitness: what ``es.evolve`` accepts: ``fitness_fn(params, key)``, an
+        ``es.StatefulFitness`` or an ``es.HostFitness`` (whose ``seed`` is
+        then shared alike).
+      shared_by: ``"generation"`` (every member gets the key of member 0, as
+        EvoJAX does) or ``"pair"`` (the two members ``2j, 2j+1`` of an
+        antithetic pair share a key; pairs differ, which keeps the
+        population's fitnesses from tying where a generation-wide key makes
+        many members take identical trajectories).
+    """
+
+    fitness: Any
+    shared_by: str = "generation"
+
+    def __call__(self, params: PyTree, key: jax.Array) -> jax.Array:
+        """``fitness(params, key)``: the wrapped fitness, for standalone evaluation."""
+        return self.fitness(params, key)
+
+
+def check_shared_by(owner: str, shared_by, name: str = "shared_by") -> str:
+    """``shared_by`` if it names who shares a key under common random numbers (``"generation"`` or ``"pair"``)."""
+    return validation.check_choice(owner, name, shared_by, list(population.EVAL_KEY_SHARING[1:]))
+
+
+class SharedKeys:
+    """The adapter of a ``CommonRandomNumbers``: the wrapped fitness's adapter, evaluated with shared keys.
+
+    Everything but ``evaluate`` is the wrapped adapter's (``__getattr__``).
+    """
+
+    def __init__(self, inner, shared_by: str):
+        self.inner, self.shared_by = inner, shared_by
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def __hash__(self) -> int:
+        return hash((SharedKeys, self.inner, self.shared_by))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SharedKeys) and (self.inner, self.shared_by) == (other.inner, other.shared_by)
+
+    def evaluate(self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
+        return self.inner.evaluate(members, chunk, fitness_state, pairs, self.shared_by)
+
+
 def adapter(fitness_fn, where: str = "fitness_fn"):
     """The engine's adapter for what the user passed as the fitness.
 
@@ -53,11 +117,19 @@ def adapter(fitness_fn, where: str = "fitness_fn"):
     ``es.StatefulFitness`` is wrapped in a ``FitnessRef``. Every adapter has
     ``stateful``, ``init``/``update`` (stateful ones), ``initial_state()``,
     ``check(params, key, fitness_state)``, ``default_eval_batch_size(strategy,
-    dim)``, ``evaluate(members, chunk, fitness_state, pairs)`` (traced) and
-    ``dispatch(call, state)`` (runs a compiled call on the host) and ``close()``.
+    dim)``, ``evaluate(members, chunk, fitness_state, pairs, shared_by)``
+    (traced), ``dispatch(call, state)`` (runs a compiled call on the host),
+    ``close()``, ``on_host`` (whether it runs outside JAX) and ``shared_by``
+    (who shares an evaluation key). ``es.CommonRandomNumbers`` gives its
+    fitness's adapter with shared keys (``SharedKeys``).
     """
-    if isinstance(fitness_fn, (HostFitness, FitnessRef)):
+    if isinstance(fitness_fn, (HostFitness, FitnessRef, SharedKeys)):
         return fitness_fn
+    if isinstance(fitness_fn, CommonRandomNumbers):
+        check_shared_by("es.CommonRandomNumbers", fitness_fn.shared_by)
+        if isinstance(fitness_fn.fitness, CommonRandomNumbers):
+            raise TypeError(f"{where}: es.CommonRandomNumbers wraps another es.CommonRandomNumbers; wrap the fitness once.")
+        return SharedKeys(adapter(fitness_fn.fitness, f"es.CommonRandomNumbers({where})"), fitness_fn.shared_by)
     if not callable(fitness_fn):
         raise TypeError(
             f"{where} must be callable as fitness_fn(params, key) -> scalar, an es.StatefulFitness or an "
@@ -87,6 +159,9 @@ class FitnessRef:
             except TypeError:
                 self._key = ("id", id(fn))
         self.stateful = isinstance(fn, StatefulFitness)
+
+    on_host = False  # a JAX function, traced into the generation
+    shared_by = "member"  # each member its own evaluation key (CommonRandomNumbers shares them)
 
     def __hash__(self) -> int:
         return hash(self._key)
@@ -129,10 +204,13 @@ class FitnessRef:
             fitness, stats = self.fn(params, key), ()
         return jnp.asarray(fitness, jnp.float32), stats
 
-    def evaluate(self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
+    def evaluate(
+        self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool,
+        shared_by: str = "member",
+    ):
         """``(fitness float32[len(chunk)], stats)`` of the members ``chunk``, by one vmapped call."""
         params, params_axes = members.fitness_inputs(chunk, pairs)
-        keys = jax.vmap(population.eval_key, in_axes=(None, 0))(members.key, chunk)
+        keys = members.eval_keys(chunk, shared_by)
         with jax.named_scope("es_fitness"):
             return jax.vmap(self.evaluate_one, in_axes=(params_axes, 0, None))(params, keys, fitness_state)
 
@@ -153,8 +231,8 @@ class GivenFitness:
         self.values, self.stats, self.first, self.fn = values, stats, first, fn
         self.stateful = isinstance(fn, StatefulFitness)
 
-    def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
-        del members, fitness_state, pairs
+    def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool, shared_by: str = "member"):
+        del members, fitness_state, pairs, shared_by
         index = chunk - self.first
         return self.values[index], jax.tree.map(lambda s: s[index], self.stats)
 

@@ -52,7 +52,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -169,6 +169,9 @@ class HostFitness:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_pool", _Pool(self))
 
+    on_host: ClassVar[bool] = True  # the engine's adapter: evaluated in worker processes, not traced
+    shared_by: ClassVar[str] = "member"  # each member its own seed (es.CommonRandomNumbers shares them)
+
     @property
     def stateful(self) -> bool:
         """Whether ``fn`` also returns per-member statistics (``init``/``update``/``stats`` given)."""
@@ -212,7 +215,10 @@ class HostFitness:
         del dim
         return strategy.popsize
 
-    def evaluate(self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
+    def evaluate(
+        self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool,
+        shared_by: str = "member",
+    ):
         """``(fitness float32[len(chunk)], stats)`` of the members ``chunk``, by one host callback.
 
         Members are built one by one (``pairs`` ignored): whether a device's
@@ -223,7 +229,7 @@ class HostFitness:
         """
         del pairs
         params = members.members(chunk, False)
-        keys = jax.vmap(population.eval_key, in_axes=(None, 0))(members.key, chunk)
+        keys = members.eval_keys(chunk, shared_by)
         seeds = jax.vmap(member_seed)(keys)
         n = chunk.shape[0]
         shapes = (

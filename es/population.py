@@ -7,12 +7,18 @@ any member's perturbation without receiving it::
     noise key of noise vector j  = fold_in(fold_in(generation_key, 0), j)
     eval key of member i         = fold_in(fold_in(generation_key, 1), i)
 
+With common random numbers (``es.CommonRandomNumbers``) the members of an
+antithetic pair share the eval key of index ``i // 2``, or the whole generation
+shares the eval key of index 0.
+
 With antithetic sampling, members ``2j`` and ``2j + 1`` share noise vector ``j``
 with signs ``+1`` and ``-1``; without it, member ``i`` owns noise vector ``i``.
 All functions here are pure and work on traced integers.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +29,9 @@ from es.layout import Layout
 
 _NOISE_STREAM = 0
 _EVAL_STREAM = 1
+
+EVAL_KEY_SHARING = ("member", "pair", "generation")
+"""Who shares an eval key: each member its own, the two members of an antithetic pair, or the whole generation."""
 
 
 def noise_index(member: jax.Array, antithetic: bool) -> jax.Array:
@@ -48,9 +57,10 @@ def noise_key(gen_key: jax.Array, index: jax.Array) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(gen_key, _NOISE_STREAM), index)
 
 
-def eval_key(gen_key: jax.Array, member: jax.Array) -> jax.Array:
-    """Key passed to ``fitness_fn`` for member ``member``."""
-    return jax.random.fold_in(jax.random.fold_in(gen_key, _EVAL_STREAM), member)
+def eval_key(gen_key: jax.Array, member: jax.Array, shared_by: str = "member") -> jax.Array:
+    """Key passed to ``fitness_fn`` for member ``member`` (``shared_by``: one of ``EVAL_KEY_SHARING``)."""
+    index = {"member": member, "pair": member // 2, "generation": member * 0}[shared_by]
+    return jax.random.fold_in(jax.random.fold_in(gen_key, _EVAL_STREAM), index)
 
 
 class Generation:
@@ -81,6 +91,10 @@ class Generation:
     def noise_keys(self, indices: jax.Array) -> jax.Array:
         """The keys of the noise vectors ``indices``."""
         return jax.vmap(noise_key, in_axes=(None, 0))(self.key, indices)
+
+    def eval_keys(self, members: jax.Array, shared_by: str = "member") -> jax.Array:
+        """The keys ``fitness_fn`` receives for ``members`` (``eval_key`` of each)."""
+        return jax.vmap(functools.partial(eval_key, self.key, shared_by=shared_by))(members)
 
     def noise_vectors(self, indices: jax.Array) -> jax.Array:
         """float32[len(indices), D]: the noise vectors with those indices."""

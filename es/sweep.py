@@ -57,7 +57,7 @@ from es.engine import (
     scan_generations, shard_replicated, this_generation,
 )
 from es.layout import Layout
-from es.fitness import FitnessRef, GivenFitness, HostFitness, adapter
+from es.fitness import GivenFitness, adapter
 from es.strategy import State, Strategy
 
 PyTree = Any
@@ -144,7 +144,7 @@ def evolve_many_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[Sta
         return [state], [metrics]
     values, stacked = replicate((sweep.values, stack(list(states))), sweep.mesh)
     stacked, metrics = _evolve_many_compiled(
-        sweep.template, FitnessRef(fitness_fn), sweep.mesh, sweep.execution, int(num_generations), values, stacked
+        sweep.template, adapter(fitness_fn), sweep.mesh, sweep.execution, int(num_generations), values, stacked
     )
     return unstack(stacked, metrics)
 
@@ -241,7 +241,7 @@ def check_evolve_many_args(
                 f"es.evolve_many: strategies[{i}] must be an es strategy (es.OpenES, es.SNES, ...), "
                 f"got {type(strategy).__name__}."
             )
-    if isinstance(fitness_fn, HostFitness):
+    if adapter(fitness_fn).on_host:
         raise TypeError(
             "es.evolve_many(fitness_fn=...): an es.HostFitness is not supported in a sweep yet; run each seed "
             "with es.evolve or es.run (or drive the runs with es.ask/es.tell)."

@@ -35,6 +35,7 @@ import numpy as np
 
 import es
 from es import validation
+from es.fitness import check_shared_by
 from tasks import obs_norm as obsnorm
 from tasks.policies import (
     ACTIVATIONS,
@@ -148,6 +149,10 @@ class EnvTask:
         of Mnih et al. 2015 and Salimans et al. 2017), so that a policy cannot
         memorise a routine for a few deterministic start states (MinAtar
         Breakout has two). A training setting: ``held_out`` evaluates without.
+      common_random_numbers: ``None``, or who shares an evaluation key in
+        training (``"generation"`` or ``"pair"``): ``fitness`` is then an
+        ``es.CommonRandomNumbers``, so members are compared on the same
+        episodes, start states and action draws (EvoJAX's training protocol).
     """
 
     env_id: str
@@ -160,6 +165,7 @@ class EnvTask:
     obs_shape: tuple[int, ...] = ()
     obs_categories: int = 0
     random_start_actions: int = 0
+    common_random_numbers: str | None = None
 
     # ------------------------------------------------------------- environment
 
@@ -225,8 +231,9 @@ class EnvTask:
         return out
 
     def held_out(self, num_episodes: int) -> EnvTask:
-        """This task as it is evaluated: ``num_episodes`` episodes on the standard env (no random start actions)."""
-        return dataclasses.replace(self, num_episodes=num_episodes, random_start_actions=0)
+        """This task as it is evaluated: ``num_episodes`` episodes on the standard env (no random start actions),
+        each with its own key."""
+        return dataclasses.replace(self, num_episodes=num_episodes, random_start_actions=0, common_random_numbers=None)
 
     def _episode(self, params: PyTree, key: jax.Array, stats: obsnorm.ObsStats | None) -> Rollouts:
         env, env_params = self.env, self.gymnax_params
@@ -303,11 +310,15 @@ class EnvTask:
 
     @property
     def fitness(self):
-        """What to hand ``es.evolve``: ``mean_return`` or, with ``obs_norm``, a ``StatefulFitness``.
+        """What to hand ``es.evolve``: ``mean_return`` or, with ``obs_norm``, a ``StatefulFitness``, wrapped in
+        an ``es.CommonRandomNumbers`` when ``common_random_numbers`` is set.
 
         Either is callable as ``fitness(params, key) -> float32 scalar``.
         """
-        return self.counting_fitness if self.obs_norm else self.mean_return
+        fitness = self.counting_fitness if self.obs_norm else self.mean_return
+        if self.common_random_numbers is None:
+            return fitness
+        return es.CommonRandomNumbers(fitness, self.common_random_numbers)
 
 
 # ------------------------------------------------------------------ building
@@ -459,10 +470,13 @@ def env_factory(env_id: str):
         env_params: dict | None = None,
         env_kwargs: dict | None = None,
         random_start_actions: int = 0,
+        common_random_numbers: str | None = None,
     ) -> EnvTask:
         num_episodes, max_steps, policy = check_episode_options(env_id, num_episodes, max_steps, policy, POLICIES)
         owner = make_owner(env_id)
         random_start_actions = validation.check_int(owner, "random_start_actions", random_start_actions, minimum=0)
+        if common_random_numbers is not None:
+            check_shared_by(owner, common_random_numbers, "common_random_numbers")
         if validation.is_int(hidden_sizes):
             hidden_sizes = (hidden_sizes,)
         if hidden_sizes is not None:
@@ -497,7 +511,7 @@ def env_factory(env_id: str):
         else:
             net = MLPPolicy(math.prod(obs_shape), head, hidden_sizes, activation, float(output_scale))
         return EnvTask(env_id, net, num_episodes, max_steps, obs_norm, kwargs_pairs, params_pairs, obs_shape, categories,
-                       random_start_actions)
+                       random_start_actions, common_random_numbers)
 
     factory.__doc__ = f"{env_id}: a policy's mean episode return (see tasks.envs.EnvTask)."
     return factory
