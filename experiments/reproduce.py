@@ -131,7 +131,7 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
 
     With ``run.islands = K > 1`` every seed first trains ``K`` independent
     runs (its islands, seeded ``island_seed(seed, k, K)``) for
-    ``run.island_generations``, all seeds' islands as one program; each seed
+    ``run.island_generations``, one island after another (``train_islands``); each seed
     then goes on with its island of the best mean training fitness over the
     last segment (``kept_island``; held-out episodes play no part) to
     ``run.generations``. A seed's ``env_steps`` count every island's steps.
@@ -236,13 +236,21 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
 
 
 def train_islands(config, task, strategy, seeds, eval_keys, point, run_all):
-    """``run.islands`` runs per seed for ``run.island_generations``, one program; each seed keeps its best.
+    """``run.islands`` runs per seed for ``run.island_generations``, one after another; each seed keeps its best.
+
+    Each island is its own program (``run_all`` of one state: ``es.evolve``'s,
+    so island ``k`` of seed ``s`` is ``python -m experiments.train --set
+    run.seed=island_seed(s, k, K)``'s run bit for bit), not one vmapped
+    program: a vmapped rollout runs until the longest episode of every island
+    has ended, so the islands that have learned to play long episodes would
+    hold up every other. A point's wall time counts the islands trained before
+    its own.
 
     Returns ``(states, curves, island_info, seconds)``: per seed the kept
     island's state and curve (env steps summed over the seed's islands), a
     record of every island (``kept_island``'s score, its held-out
     curve return at the end, which was kept, the other islands' env steps)
-    and the phase's training seconds.
+    and the phase's seconds (every island's ``es.run`` time, evaluations included).
     """
     from experiments.config import initial_state
 
@@ -252,17 +260,20 @@ def train_islands(config, task, strategy, seeds, eval_keys, point, run_all):
     island_keys = [key for key in eval_keys for _ in range(islands)]
     curves = [[point(state, key, 0, 0.0, None)] for state, key in zip(starts, island_keys)]
     last_segment = [None] * len(starts)
+    runs, seconds = [], 0.0
+    for index, (start, curve, key) in enumerate(zip(starts, curves, island_keys)):
+        seed, island = seeds[index // islands], index % islands
 
-    def on_segment(segments) -> None:
-        for index, (done, curve, key) in enumerate(zip(segments, curves, island_keys)):
-            curve.append(point(done.state, key, done.stop, done.time_s, done.metrics))
+        def on_segment(segments, curve=curve, key=key, index=index, seed=seed, island=island, before=seconds) -> None:
+            done = segments[0]
+            curve.append(point(done.state, key, done.stop, before + done.time_s, done.metrics))
             last_segment[index] = done.metrics["fitness_mean"]
-        for i, seed in enumerate(seeds):
-            means = " ".join(f"{curve[-1]['fitness_mean']:.2f}" for curve in curves[i * islands:(i + 1) * islands])
-            print(f"  seed {seed} islands gen {segments[0].stop:5d}  population means {means}", flush=True)
+            print(f"  seed {seed} island {island} gen {done.stop:5d}  population mean "
+                  f"{curve[-1]['fitness_mean']:.2f}  return {curve[-1]['return']:.2f}", flush=True)
 
-    runs = run_all(starts, island_generations, on_segment)
-    seconds = float(runs[0].time_s[-1])
+        [run] = run_all([start], island_generations, on_segment)
+        runs.append(run)
+        seconds += float(run.time_s[-1])
     states, kept_curves, info = [], [], []
     for i, seed in enumerate(seeds):
         mine = range(i * islands, (i + 1) * islands)

@@ -300,22 +300,27 @@ class EnvTask:
         return update_fitness_state(fitness_state, stats)
 
     @property
-    def counting_fitness(self) -> es.StatefulFitness:
+    def counting_fitness(self):
         """A ``StatefulFitness`` that counts env steps in ``state.fitness_state.env_steps``.
 
         It normalises observations when ``obs_norm``; each member additionally
         reports one float (its steps), all-gathered with the fitnesses.
+        Wrapped in an ``es.CommonRandomNumbers`` when ``common_random_numbers``
+        is set.
         """
-        return es.StatefulFitness(self.init_fitness_state, self.evaluate, self.update_fitness_state)
+        return self._shared(es.StatefulFitness(self.init_fitness_state, self.evaluate, self.update_fitness_state))
 
     @property
     def fitness(self):
-        """What to hand ``es.evolve``: ``mean_return`` or, with ``obs_norm``, a ``StatefulFitness``, wrapped in
+        """What to hand ``es.evolve``: ``mean_return`` or, with ``obs_norm``, ``counting_fitness``; wrapped in
         an ``es.CommonRandomNumbers`` when ``common_random_numbers`` is set.
 
         Either is callable as ``fitness(params, key) -> float32 scalar``.
         """
-        fitness = self.counting_fitness if self.obs_norm else self.mean_return
+        return self.counting_fitness if self.obs_norm else self._shared(self.mean_return)
+
+    def _shared(self, fitness):
+        """``fitness``, evaluated with common random numbers if the task asks for them."""
         if self.common_random_numbers is None:
             return fitness
         return es.CommonRandomNumbers(fitness, self.common_random_numbers)

@@ -117,3 +117,7 @@ def test_a_task_option_wraps_its_training_fitness_and_held_out_evaluation_drops_
     assert not isinstance(tasks.make("CartPole-v1").fitness, es.CommonRandomNumbers)
     with pytest.raises(ValueError, match=r"common_random_numbers='yes'\) is unknown; use one of \['pair', 'generation'\]"):
         tasks.make("CartPole-v1", common_random_numbers="yes")
+    assert isinstance(tasks.make("CartPole-v1", obs_norm=False, common_random_numbers="generation").fitness,
+                      es.CommonRandomNumbers)
+    counting = tasks.make("CartPole-v1", common_random_numbers="generation").counting_fitness  # reproduce trains with it
+    assert isinstance(counting, es.CommonRandomNumbers) and isinstance(counting.fitness, es.StatefulFitness)
