@@ -97,7 +97,9 @@ class SharedKeys:
     def __init__(self, inner, shared_by: str):
         self.inner, self.shared_by = inner, shared_by
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str):  # only for names SharedKeys lacks; "inner" itself only before __init__
+        if name == "inner":
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def __hash__(self) -> int:
