@@ -72,7 +72,8 @@ class CommonRandomNumbers(NamedTuple):
         EvoJAX does) or ``"pair"`` (the two members ``2j, 2j+1`` of an
         antithetic pair share a key; pairs differ, which keeps the
         population's fitnesses from tying where a generation-wide key makes
-        many members take identical trajectories).
+        many members take identical trajectories; on Breakout-MinAtar the
+        generation-wide key did better, docs/concepts/common-random-numbers.md).
     """
 
     fitness: Any
