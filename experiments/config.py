@@ -102,6 +102,7 @@ SCHEMA: dict[str, dict[str, Field] | None] = {
         "update_batch_size": Field("optional_int", _run_default("update_batch_size"), "noise vectors rebuilt together (null: automatic)"),
         "islands": Field("int", 1, "python -m experiments.reproduce: independent runs per seed for run.island_generations, then the best by training fitness goes on (1: off)"),
         "island_generations": Field("int", 0, "generations the islands train before one is kept (with run.islands > 1)"),
+        "sigma_after_islands": Field("optional_float", None, "the kept island goes on with this strategy.sigma, its strategy state restarted at it (with run.islands > 1; null: as it was)"),
     },
 }
 
@@ -644,6 +645,12 @@ def _check_run(run: dict) -> None:
             f"run.island_generations must be in [1, run.generations) with run.islands = {run['islands']}, got "
             f"{run['island_generations']} (run.generations is {run['generations']}); e.g. "
             f"--set run.island_generations={max(1, run['generations'] // 4)}."
+        )
+    if run["sigma_after_islands"] is not None and (run["islands"] == 1 or not run["sigma_after_islands"] > 0):
+        raise ConfigError(
+            f"run.sigma_after_islands must be > 0 and needs run.islands > 1, got {run['sigma_after_islands']} with "
+            f"run.islands = {run['islands']}; e.g. --set run.islands=6 --set run.island_generations=500, or "
+            "--set run.sigma_after_islands=null."
         )
     if run["num_devices"] is not None and run["num_devices"] < 1:
         raise ConfigError(f"run.num_devices must be >= 1 or null (all devices), got {run['num_devices']}.")

@@ -22,6 +22,7 @@ rebuilt from those files.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -177,7 +178,7 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
             evaluating[0] += time.perf_counter() - start
         return on_segment
 
-    def run_all(states, num_generations, hook):
+    def run_all(states, num_generations, hook, strategy=strategy):
         return es.run_many([strategy] * len(states), fitness, states, num_generations, segment=segment, mesh=mesh,
                            on_segment=timed(hook), progress=False, handle_signals=False, **execution(config))
 
@@ -185,6 +186,8 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     if islands > 1:
         states, curves, island_info, phase_s = train_islands(
             config, task, strategy, seeds, eval_keys, point, run_all)
+        if run["sigma_after_islands"] is not None:
+            strategy, states = restarted_at_sigma(strategy, states, run["sigma_after_islands"])
     else:
         states = [initial_state(task, strategy, seed, fitness=fitness)[1] for seed in seeds]
         curves = [[point(state, key, 0, 0.0, None)] for state, key in zip(states, eval_keys)]
@@ -203,7 +206,7 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
             })
             print_point(seed, curve[-1])
 
-    runs = run_all(states, generations - offset, on_segment)
+    runs = run_all(states, generations - offset, on_segment, strategy)
     results = []
     final_rollout = jax.jit(final_task.rollout)
     for seed, run_result, curve, key, run_config, extra, info in zip(
@@ -292,6 +295,19 @@ def train_islands(config, task, strategy, seeds, eval_keys, point, run_all):
         print(f"  seed {seed}: keeps island {kept} (training fitness {scores[kept]:.2f} of "
               f"{', '.join(f'{s:.2f}' for s in scores)})", flush=True)
     return states, kept_curves, info, seconds
+
+
+def restarted_at_sigma(strategy, states: list, sigma: float) -> tuple[Any, list]:
+    """``run.sigma_after_islands``: ``strategy`` with ``sigma``, and each state's strategy state restarted at it.
+
+    Every strategy has a ``sigma`` (its initial scale); the states keep their
+    mean, key, generation, best member and fitness state (observation
+    statistics, env steps), and only ``strategy_state`` starts over, as
+    ``strategy.initial_state(params)`` of the new strategy gives it (for SNES:
+    every coordinate's scale at ``sigma``; for OpenES a fresh optimizer state).
+    """
+    restarted = dataclasses.replace(strategy, sigma=sigma)
+    return restarted, [state._replace(strategy_state=restarted.initial_state(state.params)) for state in states]
 
 
 def kept_island(scores: list[float], maximize: bool = True) -> int:

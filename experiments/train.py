@@ -160,10 +160,11 @@ def refuse_islands(config: dict) -> None:
     """``run.islands > 1`` is ``experiments.reproduce``'s protocol: train trains one run per seed (``ConfigError``)."""
     islands = config["run"]["islands"]
     if islands > 1:
+        also = "" if config["run"]["sigma_after_islands"] is None else " --set run.sigma_after_islands=null"
         raise config_lib.ConfigError(
             f"run.islands = {islands}: islands (several runs per seed, the best by training fitness kept) are "
             "trained by python -m experiments.reproduce CONFIG; experiments.train trains one run per seed: "
-            "add --set run.islands=1."
+            f"add --set run.islands=1{also}."
         )
 
 

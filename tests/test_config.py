@@ -20,7 +20,8 @@ def test_resolve_fills_every_default_and_builds_the_strategy():
     assert config["strategy"]["name"] == "OpenES"
     assert config["run"] == {"generations": 200, "seed": 0, "num_devices": None, "segment": 50,
                              "keep_checkpoints": 3, "exchange": "fitness", "eval_batch_size": None,
-                             "update_batch_size": None, "islands": 1, "island_generations": 0}
+                             "update_batch_size": None, "islands": 1, "island_generations": 0,
+                             "sigma_after_islands": None}
     task, strategy = config_lib.build(config)
     assert task.dim == 4
     assert isinstance(strategy, es.OpenES) and strategy.popsize == 8 and strategy.sigma == 0.05
@@ -107,6 +108,10 @@ def test_bad_keys_and_values_are_named_with_the_valid_choices(overrides, fragmen
                              "--set run.island_generations=50"]),
         (["run.islands=4", "run.island_generations=200"], ["run.island_generations", "got 200"]),
         (["run.island_generations=-1"], ["run.island_generations must be >= 0"]),
+        (["run.sigma_after_islands=0.3"], ["run.sigma_after_islands", "needs run.islands > 1",
+                                            "--set run.islands=6"]),
+        (["run.islands=4", "run.island_generations=50", "run.sigma_after_islands=0"],
+         ["run.sigma_after_islands must be > 0", "got 0"]),
     ],
 )
 def test_bad_values_are_refused_when_building(overrides, fragments):

@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -54,6 +55,34 @@ def test_islands_keep_the_best_training_fitness_and_go_on_as_that_islands_own_ru
     own_steps = config["task"]["options"]["max_steps"] * strategy.popsize * 3  # 3 generations, 1 episode each
     assert islands["other_islands_env_steps"] == 2 * own_steps // 3
     assert result["env_steps"] == own_steps + islands["other_islands_env_steps"]
+
+
+def test_sigma_after_islands_restarts_the_kept_islands_strategy_at_that_sigma(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(CONFIG)
+    config, (task, strategy) = reproduce.load_config(path, overrides=[
+        "strategy.sigma=0.1", "run.islands=2", "run.island_generations=1", "run.segment=1",
+        "run.sigma_after_islands=0.25"])
+    result = reproduce.train(config, task, strategy, seed=5, eval_episodes=2)
+
+    # The islands' generation ran at the config's sigma, the kept island's next two at sigma_after_islands.
+    assert [p["sigma"] for p in result["curve"][1:]] == pytest.approx([0.1, 0.25, 0.25])
+
+
+def test_restarted_at_sigma_keeps_the_mean_and_fitness_state_and_restarts_only_the_strategy_state():
+    import es
+
+    config, (task, strategy) = reproduce.load_config("experiments/configs/breakout_minatar.yaml",
+                                                     overrides=["run.sigma_after_islands=0.3"])
+    state = es.init_from_seed(strategy, 0, task.init_params, fitness=task.counting_fitness)
+    state = state._replace(strategy_state=state.strategy_state._replace(sigma=state.strategy_state.sigma * 0.5))
+    restarted, [after] = reproduce.restarted_at_sigma(strategy, [state], config["run"]["sigma_after_islands"])
+
+    assert isinstance(restarted, es.SNES) and restarted.sigma == 0.3 and restarted.popsize == strategy.popsize
+    np.testing.assert_array_equal(np.asarray(after.strategy_state.sigma), 0.3 * np.ones_like(state.strategy_state.sigma))
+    for kept in ("params", "generation", "best_fitness", "fitness_state"):
+        for a, b in zip(jax.tree.leaves(getattr(after, kept)), jax.tree.leaves(getattr(state, kept))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_reproduce_refuses_a_named_config_that_is_not_an_environment(capsys):

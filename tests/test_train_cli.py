@@ -169,6 +169,15 @@ def test_islands_are_refused_with_the_front_end_that_trains_them(config_path, tm
     assert not run_dir.exists()
 
 
+def test_the_islands_refusal_names_every_override_a_one_run_train_needs(tmp_path):
+    run_dir = tmp_path / "breakout"
+    code, output = finish(train("experiments/configs/breakout_minatar.yaml", "--run-dir", run_dir))
+    assert code == 2
+    assert "--set run.islands=1 --set run.sigma_after_islands=null." in output
+    assert "Traceback" not in output
+    assert not run_dir.exists()
+
+
 # --------------------------------------------------------------------------- under es.launch
 
 AUDITED_TRAIN = ROOT / "tests" / "workers" / "train_audited.py"
