@@ -135,7 +135,8 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     ``run.island_generations``, one island after another (``train_islands``); each seed
     then goes on with its island of the best mean training fitness over the
     last segment (``kept_island``; held-out episodes play no part) to
-    ``run.generations``. A seed's ``env_steps`` count every island's steps.
+    ``run.generations``, with ``run.sigma_after_islands`` set restarted at that
+    sigma (``restarted_at_sigma``). A seed's ``env_steps`` count every island's steps.
     """
     import jax
 
