@@ -27,7 +27,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 # The slowest files, slowest first: measured by this runner on a fresh clone, 2 cores, 2 at a time.
 START_FIRST = (
-    "test_sharded.py",  # 379 s (2026-11-25, before FAST_COMPILE_FLAG; the others as measured earlier)
+    "test_sharded.py",  # 379 s (2026-11-25; the others as measured earlier)
     "test_docs.py",  # 226 s
     "test_strategies.py",  # 207 s
     "test_sweep.py",  # 119 s
@@ -40,23 +40,6 @@ START_FIRST = (
     "test_noise.py",  # 43 s
 )
 DEFAULT_TIMEOUT_S = 900
-# XLA's CPU backend at LLVM optimisation level 0: most of the suite's time is compiling small programs, which
-# this makes about a quarter faster (tests/test_engine.py: 106 s against 143 s on one core); the programs run
-# slower, which the suite's short runs barely feel. Bit-for-bit comparisons within a file (or its child
-# processes) compare like with like; the files in DEFAULT_COMPILE compare with numbers recorded under XLA's
-# default level (tests/data), whose last bits the level changes, and run under it. XLA_FLAGS already naming a
-# level is left alone.
-FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
-DEFAULT_COMPILE = ("test_openes_reference.py",)
-
-
-def child_env(file: Path) -> dict[str, str]:
-    """The environment of ``file``'s pytest: ours, with ``FAST_COMPILE_FLAG`` added to ``XLA_FLAGS``."""
-    env = dict(os.environ)
-    flags = env.get("XLA_FLAGS", "")
-    if file.name not in DEFAULT_COMPILE and "xla_backend_optimization_level" not in flags:
-        env["XLA_FLAGS"] = f"{flags} {FAST_COMPILE_FLAG}".strip()
-    return env
 
 
 def ordered(files: list[Path]) -> list[Path]:
@@ -70,8 +53,7 @@ def start(file: Path, log_dir: Path) -> tuple[subprocess.Popen, Path, float]:
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(file)],
-            stdout=out, stderr=subprocess.STDOUT, env=child_env(file),
-            start_new_session=True,  # its own group: killed whole
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,  # its own group: killed whole
         )
     return process, log, time.monotonic()
 

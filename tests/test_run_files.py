@@ -52,16 +52,3 @@ def test_a_hanging_file_is_killed_with_its_children_at_the_timeout(tmp_path):
     sleepers = subprocess.run(["pgrep", "-f", "time.sleep\\(613\\)"], capture_output=True, text=True).stdout
     assert not sleepers.strip(), f"the hanging file's processes outlived the timeout: {sleepers}"
 
-
-# Prints the XLA_FLAGS its pytest process sees, through a failing assertion's message.
-SHOWS_FLAGS = "import os\ndef test_flags():\n    assert False, 'XLA_FLAGS=[' + os.environ.get('XLA_FLAGS', '') + ']'\n"
-
-
-def test_files_compile_fast_except_those_compared_with_recorded_numbers(tmp_path):
-    result = run_files(tmp_path, {"test_fast.py": SHOWS_FLAGS, "test_openes_reference.py": SHOWS_FLAGS},
-                       "--jobs", "1")
-    fast = (tmp_path / "logs" / "test_fast.log").read_text()
-    recorded = (tmp_path / "logs" / "test_openes_reference.log").read_text()
-    assert result.returncode == 1
-    assert "--xla_backend_optimization_level=0]" in fast
-    assert "xla_backend_optimization_level" not in recorded
