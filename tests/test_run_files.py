@@ -51,4 +51,3 @@ def test_a_hanging_file_is_killed_with_its_children_at_the_timeout(tmp_path):
     assert "==== test_ok.py: passed" in result.stdout
     sleepers = subprocess.run(["pgrep", "-f", "time.sleep\\(613\\)"], capture_output=True, text=True).stdout
     assert not sleepers.strip(), f"the hanging file's processes outlived the timeout: {sleepers}"
-
