@@ -14,29 +14,32 @@ Importing ``es`` creates no JAX arrays and starts no backend, so
 spans every process's devices (``docs/distributed.md``, ``python -m es.launch``).
 """
 
-from es import checkpoint, distributed, shaping
-from es.ask_tell import ask, tell
-from es.checkpoint import CheckpointError, CheckpointWarning, load_params
-from es.collectives import (
+from es.parallel import distributed
+from es.runs import checkpoint
+from es.strategies import optimizers, shaping
+from es import noise, validation
+from es.engine.ask_tell import ask, tell
+from es.runs.checkpoint import CheckpointError, CheckpointWarning, load_params
+from es.parallel.collectives import (
     Collective, CollectivesReport, ExchangeCost, ExchangeReport, collectives_report, compiled_generation_hlo,
     exchange_report,
 )
-from es.engine import EXCHANGE_MODES, METRIC_NAMES, evolve, generation_step
-from es.fitness import CommonRandomNumbers, StatefulFitness
-from es.host import FitnessError, HostFitness
-from es.mesh import POPULATION_AXIS, make_mesh
-from es.layout import Layout
-from es.lowrank import LowRank, matmul, materialise
-from es.noise import GaussianNoise, LowRankNoise, NoiseTable
-from es.distributed import is_writer
-from es.runner import RunResult, Segment, run, run_many
-from es.seeding import init_from_seed
-from es.optimizers import ClipUpState, clipup
+from es.engine.generation import EXCHANGE_MODES, METRIC_NAMES, evolve, generation_step
+from es.fitness.functions import CommonRandomNumbers, StatefulFitness
+from es.host.pool import FitnessError, HostFitness
+from es.parallel.mesh import POPULATION_AXIS, make_mesh
+from es.noise.layout import Layout
+from es.noise.lowrank import LowRank, matmul, materialise
+from es.noise.sources import GaussianNoise, LowRankNoise, NoiseTable
+from es.parallel.distributed import is_writer
+from es.runs.run import RunResult, Segment, run, run_many
+from es.runs.seeding import init_from_seed
+from es.strategies.optimizers import ClipUpState, clipup
 from es.strategies import (
     ARS, PGPE, SNES, STRATEGIES, ARSState, OpenES, OpenESState, PGPEState, SepCMAES, SepCMAESState, SNESState,
 )
-from es.strategy import Coefficients, State, Strategy, Sums
-from es.sweep import evolve_many
+from es.strategies.base import Coefficients, State, Strategy, Sums
+from es.engine.sweep import evolve_many
 
 __version__ = "0.1.0"
 

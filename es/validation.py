@@ -201,7 +201,7 @@ def tree_difference(got: PyTree, expected: PyTree) -> str | None:
 
 def check_shaping(owner: str, value) -> None:
     """``value`` must name a method of ``es.shaping.SHAPING_METHODS`` or be a callable."""
-    from es import shaping
+    from es.strategies import shaping
 
     choices = sorted(shaping.SHAPING_METHODS)
     where, use = call(owner, "fitness_shaping", value), f"use one of {choices} or a callable fitness -> weights"

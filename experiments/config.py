@@ -55,7 +55,7 @@ DEFAULT_STRATEGY = "OpenES"
 
 
 def _shaping_methods() -> list[str]:
-    from es import shaping
+    from es.strategies import shaping
 
     return sorted(shaping.SHAPING_METHODS)
 
@@ -209,7 +209,7 @@ def section_fields(section: str, values: dict | None = None) -> dict[str, Field]
 
 def optimizer_names() -> list[str]:
     """The optimizers a config may name (``clipup`` and the optax aliases ``adam``, ``sgd``, ...)."""
-    from es import optimizers
+    from es.strategies import optimizers
 
     return optimizers.names()
 
@@ -406,7 +406,7 @@ def _check_optimizer(where: str, value: Any) -> dict:
     for key, arg in kwargs.items():
         if isinstance(arg, dict):
             _check_schedule(f"{where}.{key}", arg)
-    from es import optimizers
+    from es.strategies import optimizers
 
     factory = optimizers.factory(name)
     _bind(where, f"{factory.__module__.split('.')[0]}.{name}", factory, kwargs)
@@ -612,7 +612,7 @@ def _build_optimizer(where: str, value: dict, generations: int, inject_hyperpara
 def _optimizer_from_json(where: str, text: str, generations: int, inject_hyperparams: bool):
     import optax
 
-    from es import optimizers
+    from es.strategies import optimizers
 
     value = json.loads(text)
     kwargs = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from es.distributed import ENV_NUM_PROCESSES
+from es.parallel.distributed import ENV_NUM_PROCESSES
 
 
 def emulate_cpu_devices(count: int | None = None) -> None:

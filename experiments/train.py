@@ -146,7 +146,7 @@ def _check_same_identity(run_dir: pathlib.Path, stored: dict, config: dict) -> N
     """Refuse a resume whose config differs from the stored one in what determines the results."""
     old, new = config_lib.identity(stored), config_lib.identity(config)
     if old != new:
-        from es.checkpoint import describe_difference
+        from es.runs.checkpoint import describe_difference
 
         raise config_lib.ConfigError(
             f"--resume {run_dir}: the config differs from the run's in what determines its results: "
@@ -284,7 +284,7 @@ def _header(config: dict, strategy, mesh) -> str:
 
 def _prepare_run(args: argparse.Namespace):
     """``(error message, None)`` or ``(None, (run_dir, config, resuming, task, strategy, fitness, state, mesh))``."""
-    from es.engine import check_evolve_args
+    from es.engine.generation import check_evolve_args
 
     try:
         run_dir, config, resuming = prepare(args)
@@ -303,7 +303,7 @@ def _prepare_run(args: argparse.Namespace):
 def _prepare_sweep(args: argparse.Namespace):
     """``(error message, None)`` or ``(None, (sweep_dir, base, seeds, axes, runs, resuming, strategies, fitness,
     states, mesh))``."""
-    from es.sweep import check_evolve_many_args
+    from es.engine.sweep import check_evolve_many_args
 
     try:
         sweep_dir, base, seeds, axes, runs, resuming = prepare_sweep(args)

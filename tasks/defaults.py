@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import es
-from es import optimizers, validation
+from es import validation
+from es.strategies import optimizers
 from tasks.envs import EnvTask
 from tasks.gym import GymTask
 

@@ -35,7 +35,7 @@ import numpy as np
 
 import es
 from es import validation
-from es.fitness import check_shared_by
+from es.fitness.functions import check_shared_by
 from tasks import obs_norm as obsnorm
 from tasks.policies import (
     ACTIVATIONS,

@@ -43,7 +43,7 @@ import numpy as np
 
 import es
 from es import validation
-from es.host import member_seed
+from es.host.pool import member_seed
 from tasks import obs_norm as obsnorm
 from tasks.envs import (
     EnvFitnessState, MemberStats, check_episode_options, check_hidden_sizes, option_pairs,

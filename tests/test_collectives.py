@@ -44,7 +44,7 @@ def test_parse_collectives_reads_sync_and_async_ops():
   %all-reduce.2 = (f32[3]{0}, s32[]) all-reduce(f32[3]{0} %a, s32[] %b), replica_groups={{0}}, to_apply=%sum
   %add.3 = f32[3]{0} add(f32[3]{0} %a, f32[3]{0} %a)
 """
-    found = es.collectives.parse_collectives(hlo)
+    found = es.parallel.collectives.parse_collectives(hlo)
     assert [(c.op, c.bytes, c.group_size) for c in found] == [
         ("all-gather", 1024, 8),
         ("all-gather", 320, 2),

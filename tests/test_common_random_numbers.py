@@ -9,7 +9,7 @@ import pytest
 from test_engine import noisy_policy_return, policy_params
 
 import es
-from es import population
+from es.engine import members as population
 
 
 def key_noise(params, key):

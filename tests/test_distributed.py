@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import es
-from es import launch
+from es.parallel import launch
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = str(REPO / "tests" / "workers" / "evolve_run.py")
@@ -102,7 +102,7 @@ def test_the_split_update_runs_across_two_processes_bit_for_bit(tmp_path):
     """SNES (coordinatewise) on 8,800 params with exchange="sharded": each process's device updates its half of
     the coordinates and the halves cross processes; the result is one process's on one device, bit for bit."""
     strategy, hidden = "SNES", 1100
-    assert es.sharded_update.applies(es.STRATEGIES[strategy](popsize=32, sigma=0.1), 8 * hidden)
+    assert es.engine.update.applies(es.STRATEGIES[strategy](popsize=32, sigma=0.1), 8 * hidden)
     worker = [WORKER, "--strategy", strategy, "--hidden", str(hidden), "--exchange", "sharded"]
     runs = {"2x1": tmp_path / "2x1", "1x1": tmp_path / "1x1"}
     for path in runs.values():

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import es
-from es import population
+from es.engine import members as population
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "workers"))
@@ -127,7 +127,7 @@ def test_functions_pickled_by_value_get_their_source_file_back_for_worker_traceb
 
     import cloudpickle
 
-    from es import pickled_code
+    from es.host import pickled_code
 
     def helper(x):
         return sum(map(lambda v: v * 2, x))  # a nested code object
@@ -149,7 +149,7 @@ def test_functions_pickled_by_value_get_their_source_file_back_for_worker_traceb
 def test_a_callable_object_of_a_class_pickled_by_value_gets_its_methods_source_file_back():
     import cloudpickle
 
-    from es import pickled_code
+    from es.host import pickled_code
 
     class Simulator:  # a local class: cloudpickle sends it, and its methods, by value
         def __init__(self, scale):

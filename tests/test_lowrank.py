@@ -12,9 +12,10 @@ import pytest
 from conftest import sphere
 
 import es
-from es import engine, population
-from es.layout import Layout
-from es.noise import standard_normal
+from es.engine import generation as engine
+from es.engine import members as population
+from es.noise.layout import Layout
+from es.noise.sources import standard_normal
 
 
 def mlp_params(key=jax.random.key(1)):

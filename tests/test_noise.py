@@ -12,11 +12,12 @@ import scipy.stats
 from conftest import rastrigin
 
 import es
-from es import engine, population
-from es.fitness import FitnessRef
-from es.batching import default_eval_batch_size, map_chunks
-from es.layout import Layout
-from es.noise import standard_normal
+from es.engine import generation as engine
+from es.engine import members as population
+from es.fitness.functions import FitnessRef
+from es.engine.batching import default_eval_batch_size, map_chunks
+from es.noise.layout import Layout
+from es.noise.sources import standard_normal
 
 SOURCES = [es.GaussianNoise(), es.NoiseTable(size=4096, seed=3)]
 SOURCE_IDS = ["prng", "table"]

@@ -13,7 +13,7 @@ import pytest
 from conftest import sphere
 
 import es
-from es.metrics_log import read_metrics
+from es.runs.metrics_log import read_metrics
 
 STRATEGY = es.OpenES(popsize=8, sigma=0.1, optimizer=optax.adam(0.05))
 CONFIG = {"task": "sphere", "seed": 0}
@@ -86,7 +86,7 @@ def test_an_old_checkpoint_a_kill_left_half_deleted_is_removed_on_resume(tmp_pat
 
 def test_a_fresh_run_digests_its_initial_state_once(tmp_path, monkeypatch):
     digested = []
-    monkeypatch.setattr(es.runner, "state_digest", lambda state: digested.append(state) or "digest")
+    monkeypatch.setattr(es.runs.run, "state_digest", lambda state: digested.append(state) or "digest")
     run(tmp_path, 4)
     assert len(digested) == 1
     run(None, 4)  # nothing written: no digest needed

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from es import shaping
+from es.strategies import shaping
 
 
 def test_centered_rank_matches_hand_computed_values():

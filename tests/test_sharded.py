@@ -14,10 +14,10 @@ from conftest import sphere
 from test_strategies import STRATEGIES
 
 import es
-from es import engine
-from es.layout import Layout
-from es.coordinates import Partition
-from es.noise import standard_normal
+from es.engine import generation as engine
+from es.noise.layout import Layout
+from es.engine.partition import Partition
+from es.noise.sources import standard_normal
 from jax.sharding import PartitionSpec as P
 
 SOURCES = {"prng": es.GaussianNoise(), "table": es.NoiseTable(size=2**20, seed=2)}
@@ -108,7 +108,7 @@ def test_sharded_with_fewer_than_min_slice_params_sums_everything_like_fitness()
     )
 
 
-@pytest.mark.parametrize("align", [1, es.coordinates.BLOCK])
+@pytest.mark.parametrize("align", [1, es.engine.partition.BLOCK])
 def test_slices_cover_every_coordinate_once_in_order(align):
     for dim in (MIN_SLICE + 1, 2 * MIN_SLICE, 8 * MIN_SLICE - 1, 8 * MIN_SLICE + 3, 70_001, 1_000_000):
         for n in (1, 2, 4, 8):
@@ -124,16 +124,16 @@ def test_norm_summed_by_owned_blocks_on_any_mesh_is_the_norm_of_the_whole():
     """What a device with a coordinatewise update sums (the blocks it owns), gathered: the bits of one device."""
     dim = 70_001
     x = jax.random.normal(jax.random.key(0), (dim,)) * jnp.exp(jax.random.normal(jax.random.key(1), (dim,)))
-    whole = jax.jit(es.coordinates.norm)(x)
+    whole = jax.jit(es.engine.partition.norm)(x)
     np.testing.assert_allclose(whole, jnp.linalg.norm(x), rtol=1e-6)
     for n in (2, 4, 8):
-        part, mesh = Partition(dim, n, es.coordinates.BLOCK), es.make_mesh(n)
+        part, mesh = Partition(dim, n, es.engine.partition.BLOCK), es.make_mesh(n)
 
         def from_blocks(x, part=part, mesh=mesh):
             device = jax.lax.axis_index(mesh.axis_names)
             own = jax.lax.dynamic_slice(x, (part.start(device),), (part.size,))
             blocks = jax.lax.all_gather(part.owned_block_sums(device, own), mesh.axis_names, tiled=True)
-            return es.coordinates.norm_from_block_sums(blocks, dim)
+            return es.engine.partition.norm_from_block_sums(blocks, dim)
 
         sharded = jax.jit(jax.shard_map(from_blocks, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False))
         assert np.asarray(sharded(x)).tobytes() == np.asarray(whole).tobytes(), n
@@ -154,7 +154,7 @@ def test_sharded_moves_the_fitnesses_and_one_slice_of_each_sum_per_device(strate
     assert report.total_bytes == expected, str(report)
 
 
-# A coordinatewise update (es/sharded_update.py): each device updates its slice, keeps its slice of the optimizer
+# A coordinatewise update (es/engine/update.py): each device updates its slice, keeps its slice of the optimizer
 # state and best params, and gathers the new mean (and SNES's sigma). Each strategy that has one, with PRNG noise
 # on 8 devices; the table with the two kinds of state (a private optimizer state, a shared sigma).
 COORDINATEWISE = {
@@ -186,7 +186,7 @@ def test_each_device_carries_only_its_slice_of_the_optimizer_state_and_best_para
     run = functools.partial(engine.run_generations, strategy, es.fitness.adapter(noisy_fitness), mesh, execution, 2,
                             gather=False)
     carry, _ = jax.eval_shape(engine.shard_replicated(run, mesh), state)  # one device's carry
-    size = Partition(70_001, 8, es.coordinates.BLOCK).size
+    size = Partition(70_001, 8, es.engine.partition.BLOCK).size
     assert size == 9_216 and carry.best_params.shape == (size,)
     adam = carry.strategy_state.opt_state[0]
     assert adam.mu.shape == adam.nu.shape == (size,)
@@ -198,7 +198,7 @@ def test_each_device_carries_only_its_slice_of_the_optimizer_state_and_best_para
 def test_sharded_coordinatewise_update_gathers_the_new_mean_instead_of_the_sums():
     """OpenES: the new mean's slices, 4 n S bytes, plus the norms' block sums; SNES also its sigma's slices."""
     dim, n = 100_003, 8
-    size = Partition(dim, n, es.coordinates.BLOCK).size
+    size = Partition(dim, n, es.engine.partition.BLOCK).size
     assert size == 13 * 1024
     blocks = 4 * n * (4 * 13 + 1)
     for name, vectors in (("OpenES", 1), ("SNES", 2)):

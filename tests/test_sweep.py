@@ -198,7 +198,7 @@ def test_inject_hyperparams_optimizers_must_wrap_the_same_optimizer():
 def test_optimizers_built_apart_with_the_same_settings_share_the_program():
     strategies = [es.OpenES(popsize=8, optimizer=optax.adam(0.05)), es.OpenES(popsize=8, optimizer=optax.adam(0.05))]
     states = initial_states(strategies, jnp.ones(4))
-    assert es.sweep.varying_hyperparameters(strategies, states[0].params)[0] == ()
+    assert es.engine.sweep.varying_hyperparameters(strategies, states[0].params)[0] == ()
     chex.assert_trees_all_equal(host(es.evolve_many(strategies, sphere, states, 1)[0][1]),
                                 host(es.evolve(strategies[1], sphere, states[1], 1)[0]))
 

@@ -1,4 +1,4 @@
-"""The strategies: each one file, its maths in its docstring (see ``es/strategy.py`` for the interface)."""
+"""The strategies: each one file, its maths in its docstring (see ``es/strategies/base.py`` for the interface)."""
 
 from es.strategies.ars import ARS, ARSState
 from es.strategies.open_es import OpenES, OpenESState

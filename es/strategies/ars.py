@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from es import noise as noise_lib
-from es import shaping, validation
-from es.strategy import Coefficients, State, Strategy, Sums
+from es.noise import sources as noise_lib
+from es import validation
+from es.strategies import shaping
+from es.strategies.base import Coefficients, State, Strategy, Sums
 
 
 class ARSState(NamedTuple):

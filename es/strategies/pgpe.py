@@ -23,9 +23,11 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from es import noise as noise_lib
-from es import optimizers, shaping, validation
-from es.strategy import Coefficients, State, Strategy, Sums, optimizer_field
+from es.noise import sources as noise_lib
+from es import validation
+from es.strategies import optimizers
+from es.strategies import shaping
+from es.strategies.base import Coefficients, State, Strategy, Sums, optimizer_field
 
 
 class PGPEState(NamedTuple):

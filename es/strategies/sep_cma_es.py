@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from es import noise as noise_lib
-from es import shaping
-from es.strategy import Coefficients, State, Strategy, Sums
+from es.noise import sources as noise_lib
+from es.strategies import shaping
+from es.strategies.base import Coefficients, State, Strategy, Sums
 
 
 class SepCMAESState(NamedTuple):

@@ -101,7 +101,7 @@ def child(num_devices: int, problems: list[str], sources: list[str], modes: list
         g1, g2 = generations or (g1, g2)
         dim = es.engine.num_params(params)
         for source in sources:
-            # Adam built by name is coordinatewise: "sharded" then updates each device's slice (es/sharded_update.py)
+            # Adam built by name is coordinatewise: "sharded" then updates each device's slice (es/engine/update.py)
             strategy = es.OpenES(popsize=popsize, sigma=0.05, optimizer=es.optimizers.make("adam", learning_rate=0.01),
                                  noise=_noise(source, dim))
             state = strategy.init(jax.random.key(0), params)

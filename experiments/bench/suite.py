@@ -296,7 +296,8 @@ def reconstruction_child(dims: list[int]) -> None:
     import numpy as np
 
     import es
-    from es import engine, population
+    from es.engine import generation as engine
+    from es.engine import members as population
 
     def best_of(fn, repeats=5):
         fn()  # warm up (compile)
@@ -325,7 +326,7 @@ def reconstruction_child(dims: list[int]) -> None:
         row = {"params": dim, "noise_vectors": vectors}
         for name, noise in (("es PRNG", es.GaussianNoise()), ("es table", es.NoiseTable(size=TABLE_SIZE))):
             aux = jax.block_until_ready(jax.jit(noise.prepare, static_argnums=0)(es.Layout(((dim,),))))
-            batch = es.batching.default_update_batch_size(dim)
+            batch = es.engine.batching.default_update_batch_size(dim)
 
             def rebuild(aux, w, noise=noise, batch=batch, dim=dim):
                 generation = population.Generation(noise, aux, gen_key, jnp.zeros(dim), 1.0, True)

@@ -24,9 +24,10 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from es import population, validation
-from es.batching import default_eval_batch_size
-from es.host import HostFitness
+from es import validation
+from es.engine import members as population
+from es.engine.batching import default_eval_batch_size
+from es.host.pool import HostFitness
 
 PyTree = Any
 

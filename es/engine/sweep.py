@@ -51,14 +51,14 @@ import optax
 from jax.sharding import Mesh
 
 from es import validation
-from es.distributed import replicate
-from es.engine import (
+from es.parallel.distributed import replicate
+from es.engine.generation import (
     Execution, Metrics, check_evolve_args, check_state, evaluate_local, evolve_checked, generation_step,
     scan_generations, shard_replicated, this_generation,
 )
-from es.layout import Layout
-from es.fitness import GivenFitness, adapter
-from es.strategy import State, Strategy
+from es.noise.layout import Layout
+from es.fitness.functions import GivenFitness, adapter
+from es.strategies.base import State, Strategy
 
 PyTree = Any
 

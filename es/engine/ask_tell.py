@@ -26,12 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from es import engine
-from es.distributed import replicate
-from es.fitness import GivenFitness
-from es.layout import Layout
-from es.mesh import resolve_mesh
-from es.strategy import State, Strategy
+from es.engine import generation as engine
+from es.parallel.distributed import replicate
+from es.fitness.functions import GivenFitness
+from es.noise.layout import Layout
+from es.parallel.mesh import resolve_mesh
+from es.strategies.base import State, Strategy
 
 PyTree = Any
 

@@ -45,18 +45,18 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 from jax.sharding import Mesh
 
-from es import distributed
-from es.checkpoint import (
+from es.parallel import distributed
+from es.runs.checkpoint import (
     CheckpointError, Checkpointer, CheckpointWarning, CorruptCheckpointError, describe_difference, save_params,
     state_digest, to_numpy,
 )
-from es.distributed import is_writer
-from es.engine import check_evolve_args, evolve_checked
-from es.fitness import adapter
-from es.metrics_log import MetricsLog
-from es.strategy import State, Strategy
+from es.parallel.distributed import is_writer
+from es.engine.generation import check_evolve_args, evolve_checked
+from es.fitness.functions import adapter
+from es.runs.metrics_log import MetricsLog
+from es.strategies.base import State, Strategy
 from es import validation
-from es.sweep import check_evolve_many_args, evolve_many_checked
+from es.engine.sweep import check_evolve_many_args, evolve_many_checked
 
 LOG_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from es import noise as noise_lib
+from es.noise import sources as noise_lib
 
 BLOCK = 2**10
 """Coordinates per block of a norm, and the granularity of a device's slice (``noise.MIN_SLICE`` is a multiple)."""

@@ -32,10 +32,11 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from es import coordinates, population
-from es import noise as noise_lib
-from es.coordinates import Partition
-from es.strategy import State, Strategy
+from es.engine import partition as coordinates
+from es.engine import members as population
+from es.noise import sources as noise_lib
+from es.engine.partition import Partition
+from es.strategies.base import State, Strategy
 
 PyTree = Any
 

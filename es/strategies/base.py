@@ -27,7 +27,7 @@ engine rebuilds, in chunks and without ever storing the population::
 which is all that OpenAI-ES, SNES, PGPE, ARS and sep-CMA-ES need. Everything
 else (keys, noise, ``shard_map``/``scan``, micro-batches, the exchange,
 NaN/inf handling, the best member, ``StatefulFitness``, metrics) is the
-engine's (``es/engine.py``). docs/design.md walks through adding a strategy.
+engine's (``es/engine/generation.py``). docs/design.md walks through adding a strategy.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ from typing import Any, Callable, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from es import noise as noise_lib
+from es.noise import sources as noise_lib
 from es import validation
-from es.fitness import adapter
 
 PyTree = Any
 Schedule = Callable[[jax.Array], jax.Array]
@@ -218,7 +217,7 @@ class Strategy:
         ``"<TypeName>"``. ``es.run`` stores it in checkpoints and refuses to
         resume with a strategy described otherwise.
         """
-        from es import optimizers
+        from es.strategies import optimizers
 
         described = {"name": type(self).__name__}
         for field in dataclasses.fields(self):
@@ -312,6 +311,8 @@ class Strategy:
         validation.check_key(key)
         params = jax.tree.map(jnp.asarray, params)
         validation.check_params(params)
+        from es.fitness import adapter  # the contract rewrite removes this
+
         fitness = None if fitness is None else adapter(fitness, f"{type(self).__name__}.init(fitness=...)")
         worst = -jnp.inf if self.maximize else jnp.inf
         return State(
@@ -352,7 +353,7 @@ def optimizer_field(name: str, **kwargs) -> Any:
     with the default compare equal (one jit compilation), and ``(name,
     kwargs)`` stay in the field's metadata, where configs read the default from.
     """
-    from es import optimizers
+    from es.strategies import optimizers
 
     factory = functools.partial(optimizers.make, name, **kwargs)
     return dataclasses.field(default_factory=factory, metadata={"optimizer": {"name": name, **kwargs}})

@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from es.coordinates import apart
-from es.layout import Layout
+from es.engine.partition import apart
+from es.noise.layout import Layout
 
 _NOISE_STREAM = 0
 _EVAL_STREAM = 1
@@ -130,7 +130,7 @@ class Generation:
 
         The arithmetic of ``perturb`` on those coordinates alone, compiled
         ``apart``, so that a slice has the bits of the same coordinates of
-        the whole in any program (``es/sharded_update.py``).
+        the whole in any program (``es/engine/update.py``).
         """
         size = self.dim if size is None else size
         index = noise_index(member, self.antithetic)

@@ -46,8 +46,8 @@ import numpy as np
 from jax import lax
 
 from es import validation
-from es.layout import Layout
-from es.lowrank import LowRank
+from es.noise.layout import Layout
+from es.noise.lowrank import LowRank
 
 # ----------------------------------------------------------------- exact N(0, 1) draws
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import jax
 
 from es import validation
-from es.strategy import State, Strategy
+from es.strategies.base import State, Strategy
 
 PyTree = Any
 

@@ -16,12 +16,13 @@ from typing import Callable, NamedTuple
 import jax
 from jax.sharding import Mesh
 
-from es import engine, sharded_update
-from es.coordinates import BLOCK, Partition
-from es.distributed import replicate
-from es.fitness import adapter
-from es.layout import Layout
-from es.strategy import State, Strategy
+from es.engine import generation as engine
+from es.engine import update as sharded_update
+from es.engine.partition import BLOCK, Partition
+from es.parallel.distributed import replicate
+from es.fitness.functions import adapter
+from es.noise.layout import Layout
+from es.strategies.base import State, Strategy
 
 COLLECTIVE_OPS = (
     "all-gather",
@@ -285,7 +286,7 @@ def exchange_report(
     part = Partition(dim, n, BLOCK if coordinatewise else 1)
     size = part.size
     sharded_bytes, per_call = 0, 0
-    if part.split and coordinatewise:  # the new slices, not the sums (es/sharded_update.py)
+    if part.split and coordinatewise:  # the new slices, not the sums (es/engine/update.py)
         sharded_bytes, per_call = sharded_update.gathered_bytes(strategy, state, part)
     elif part.split:
         sharded_bytes = 4 * sums * n * size

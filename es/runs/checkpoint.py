@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from es.strategy import State
+from es.strategies.base import State
 
 PyTree = Any
 

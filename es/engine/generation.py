@@ -16,7 +16,7 @@ Every device then performs the identical update, so the state stays replicated
 and results do not depend on the number of devices. ``exchange="sharded"``
 splits the sums instead: device ``d`` rebuilds only its ``1/n`` slice of the
 coordinates of every member's noise, and the slices are all-gathered, with
-the same bits. The strategy (``es/strategy.py``) supplies only the maths of
+the same bits. The strategy (``es/strategies/base.py``) supplies only the maths of
 steps 3 and 5; ``docs/scaling.md`` compares the modes.
 """
 
@@ -32,19 +32,22 @@ import optax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from es import coordinates, population, sharded_update, validation
-from es.coordinates import Partition, slice_size
-from es.layout import Layout
-from es.batching import (
+from es import validation
+from es.engine import partition as coordinates
+from es.engine import members as population
+from es.engine import update as sharded_update
+from es.engine.partition import Partition, slice_size
+from es.noise.layout import Layout
+from es.engine.batching import (
     default_update_batch_size,
     index_range,
     map_chunks,
     sum_in_batches,
 )
-from es.distributed import replicate
-from es.fitness import FitnessRef, adapter
-from es.mesh import resolve_mesh
-from es.strategy import Coefficients, State, Strategy, Sums
+from es.parallel.distributed import replicate
+from es.fitness.functions import FitnessRef, adapter
+from es.parallel.mesh import resolve_mesh
+from es.strategies.base import Coefficients, State, Strategy, Sums
 
 PyTree = Any
 Metrics = dict[str, jax.Array]
@@ -83,7 +86,7 @@ class Execution:
       shard_update: ``"sharded"`` with a coordinatewise strategy and ``D``
         large enough to split: each device also updates only its slice of
         the coordinates and keeps its slice of the optimizer state and best
-        params between generations (``es/sharded_update.py``).
+        params between generations (``es/engine/update.py``).
     """
 
     exchange: str
@@ -255,7 +258,7 @@ def generation_step(
     def track_best(member_params):
         return _track_best(strategy, state, all_fitness, valid, member_params)
 
-    if sharded_update.applies(strategy, members.dim):  # 4-5 on this device's slice, or all (es/sharded_update.py)
+    if sharded_update.applies(strategy, members.dim):  # 4-5 on this device's slice, or all (es/engine/update.py)
         part = Partition(members.dim, mesh.size if execution.shard_update else 1, coordinates.BLOCK)
         with jax.named_scope("es_update"):
             if part.split:

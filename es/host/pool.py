@@ -58,7 +58,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from es import distributed, pickled_code, population, validation
+from es import validation
+from es.parallel import distributed
+from es.host import pickled_code
+from es.engine import members as population
 
 PyTree = Any
 
