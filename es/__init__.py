@@ -14,38 +14,42 @@ Importing ``es`` creates no JAX arrays and starts no backend, so
 spans every process's devices (``docs/distributed.md``, ``python -m es.launch``).
 """
 
-from es.parallel import distributed
-from es.runs import checkpoint
-from es.strategies import optimizers, shaping
 from es import noise, validation
-from es.engine.ask_tell import ask, tell
-from es.runs.checkpoint import CheckpointError, CheckpointWarning, load_params
+from es.engine import stopping
+from es.engine.ask_tell import ask, stop_reasons, tell
+from es.engine.evolution import evolve
+from es.engine.execution import EXCHANGE_MODES
+from es.engine.generation import METRIC_NAMES, generation_step
+from es.engine.stopping import StopCriteria
+from es.engine.sweep import evolve_many
+from es.fitness import CommonRandomNumbers, Fitness, StatefulFitness
+from es.host import FitnessError, HostFitness
+from es.noise import GaussianNoise, Layout, LowRank, LowRankNoise, NoiseSource, NoiseTable, matmul, materialise
+from es.parallel import distributed
 from es.parallel.collectives import (
     Collective, CollectivesReport, ExchangeCost, ExchangeReport, collectives_report, compiled_generation_hlo,
     exchange_report,
 )
-from es.engine.generation import EXCHANGE_MODES, METRIC_NAMES, evolve, generation_step
-from es.fitness.functions import CommonRandomNumbers, StatefulFitness
-from es.host.pool import FitnessError, HostFitness
-from es.parallel.mesh import POPULATION_AXIS, make_mesh
-from es.noise.layout import Layout
-from es.noise.lowrank import LowRank, matmul, materialise
-from es.noise.sources import GaussianNoise, LowRankNoise, NoiseTable
 from es.parallel.distributed import is_writer
+from es.parallel.mesh import POPULATION_AXIS, make_mesh
+from es.runs import checkpoint
+from es.runs.checkpoint import CheckpointError, CheckpointWarning, load_params
 from es.runs.run import RunResult, Segment, run, run_many
 from es.runs.seeding import init_from_seed
-from es.strategies.optimizers import ClipUpState, clipup
 from es.strategies import (
-    ARS, PGPE, SNES, STRATEGIES, ARSState, OpenES, OpenESState, PGPEState, SepCMAES, SepCMAESState, SNESState,
+    ARS, CMAES, PGPE, SNES, STRATEGIES, ARSState, CMAESState, OpenES, OpenESState, PGPEState, SepCMAES,
+    SepCMAESState, SNESState, optimizers, shaping,
 )
-from es.strategies.base import Coefficients, State, Strategy, Sums
-from es.engine.sweep import evolve_many
+from es.strategies.base import Coefficients, PerCoordinate, Private, State, Step, Strategy, Sums
+from es.strategies.optimizers import ClipUpState, clipup
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ARS",
     "ARSState",
+    "CMAES",
+    "CMAESState",
     "PGPE",
     "PGPEState",
     "SNES",
@@ -53,6 +57,7 @@ __all__ = [
     "SepCMAES",
     "SepCMAESState",
     "ask",
+    "stop_reasons",
     "tell",
     "CheckpointError",
     "CheckpointWarning",
@@ -64,6 +69,7 @@ __all__ = [
     "EXCHANGE_MODES",
     "ExchangeCost",
     "ExchangeReport",
+    "Fitness",
     "FitnessError",
     "GaussianNoise",
     "HostFitness",
@@ -71,14 +77,19 @@ __all__ = [
     "LowRank",
     "LowRankNoise",
     "METRIC_NAMES",
+    "NoiseSource",
     "NoiseTable",
     "OpenES",
     "OpenESState",
+    "PerCoordinate",
+    "Private",
     "POPULATION_AXIS",
     "RunResult",
     "Segment",
     "STRATEGIES",
     "State",
+    "Step",
+    "StopCriteria",
     "StatefulFitness",
     "Strategy",
     "Sums",
@@ -97,7 +108,11 @@ __all__ = [
     "make_mesh",
     "materialise",
     "matmul",
+    "noise",
+    "optimizers",
     "run",
     "run_many",
     "shaping",
+    "stopping",
+    "validation",
 ]

@@ -284,7 +284,7 @@ def _header(config: dict, strategy, mesh) -> str:
 
 def _prepare_run(args: argparse.Namespace):
     """``(error message, None)`` or ``(None, (run_dir, config, resuming, task, strategy, fitness, state, mesh))``."""
-    from es.engine.generation import check_evolve_args
+    from es.engine import check_evolve_args
 
     try:
         run_dir, config, resuming = prepare(args)
@@ -303,7 +303,7 @@ def _prepare_run(args: argparse.Namespace):
 def _prepare_sweep(args: argparse.Namespace):
     """``(error message, None)`` or ``(None, (sweep_dir, base, seeds, axes, runs, resuming, strategies, fitness,
     states, mesh))``."""
-    from es.engine.sweep import check_evolve_many_args
+    from es.engine import check_evolve_many_args
 
     try:
         sweep_dir, base, seeds, axes, runs, resuming = prepare_sweep(args)

@@ -42,7 +42,7 @@ def test_openes_matches_the_runs_recorded_before_the_refactor(name):
     for key, values in metrics.items():
         got[f"{name}/metrics/{key}"] = np.asarray(values)
     expected = {key: REFERENCE[key] for key in REFERENCE.files if key.startswith(f"{name}/")}
-    assert sorted(got) == sorted(expected)
+    assert set(expected) <= set(got)  # metrics added since the recording ("stop") are not compared
     for key in expected:
         if key.rsplit("/", 1)[-1] in REDUCED_METRICS and "/metrics/" in key:
             np.testing.assert_allclose(got[key], expected[key], rtol=1e-6, atol=0, err_msg=key)

@@ -27,7 +27,7 @@ def check(name, state, metrics):
     got = {}
     cases.record(got, name, state, metrics)
     expected = {key: REFERENCE[key] for key in REFERENCE.files if key.startswith(f"{name}/")}
-    assert sorted(got) == sorted(expected)
+    assert set(expected) <= set(got)  # metrics added since the recording ("stop") are not compared
     for key in expected:
         if "/metrics/" in key and key.rsplit("/", 1)[-1] in REDUCED_METRICS:
             np.testing.assert_allclose(got[key], expected[key], rtol=1e-6, atol=0, err_msg=key)

@@ -2,7 +2,8 @@
 
     population = es.ask(strategy, state)                 # params pytree, leading axis popsize
     fitness = np.array([simulate(member) for member in unstack(population)])
-    state, metrics = es.tell(strategy, state, fitness)   # float[popsize]
+    state, metrics = es.tell(strategy, state, fitness)   # float[popsize], float64 welcome
+    if es.stop_reasons(strategy, state): ...             # why it should stop, in words
 
 ``ask`` rebuilds the members exactly as ``es.evolve`` builds them (same keys,
 same code), and ``tell`` runs ``es.evolve``'s generation step with the
@@ -11,8 +12,14 @@ noise is rebuilt from the state's keys, never passed in. For a fitness that
 ignores its key, an ask/tell loop that computes the same fitness values gives
 the same params as ``es.evolve``, bit for bit.
 
+Fitnesses keep float64's precision: ``tell`` hands the engine each value
+rounded to the fitness dtype and what rounding dropped (``es.fitness.from_host``),
+and the engine ranks them at full precision. The checks of a (strategy, state
+shapes) pair run once and are remembered; the compiled programs are cached by
+JAX per strategy program and shapes, so a generation costs two dispatches.
+
 ``ask(..., members=range(start, stop))`` builds only those members, so a loop
-over a large model can hold one chunk at a time. ``es.population.eval_key``
+over a large model can hold one chunk at a time. ``es.engine.members.eval_key``
 gives the key ``es.evolve`` would pass a member's fitness.
 """
 
@@ -26,10 +33,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from es.engine import generation as engine
+from es.engine import stopping
+from es.engine.evolution import run_generations
+from es.engine.execution import check_noise, check_state, resolve_execution
+from es.engine.generation import evaluates_pairs, this_generation
+from es.fitness import GivenFitness, from_host
+from es.noise import Layout
 from es.parallel.distributed import replicate
-from es.fitness.functions import GivenFitness
-from es.noise.layout import Layout
 from es.parallel.mesh import resolve_mesh
 from es.strategies.base import State, Strategy
 
@@ -49,17 +59,16 @@ def ask(strategy: Strategy, state: State, members: range | None = None, *, eval_
         to the rounding that docs/design.md describes; pass the value you
         give ``es.evolve`` to compare with it bit for bit).
     """
-    _check(strategy, state, "ask")
+    layout = _checked(strategy, state, "ask")
     start, stop = _member_range(strategy, members)
-    execution = engine.resolve_execution(strategy, Layout.of(state.params), "fitness", eval_batch_size, None)
-    pairs = engine.evaluates_pairs(strategy, stop - start, execution.eval_batch_size) and start % 2 == 0
-    return _ask_compiled(strategy, start, stop, pairs, state)
+    pairs = _pairs(strategy, layout, stop - start, eval_batch_size) and start % 2 == 0
+    return _ask_compiled(strategy.program(), start, stop, pairs, strategy.hyperparameters(layout.dim), state)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _ask_compiled(strategy, start, stop, pairs, state):
-    noise_aux = strategy.noise.prepare(Layout.of(state.params))
-    return engine.this_generation(strategy, noise_aux, state).members(jnp.arange(start, stop, dtype=jnp.int32), pairs)
+def _ask_compiled(program, start, stop, pairs, hp, state):
+    noise_aux = program.noise.prepare(Layout.of(state.params))
+    return this_generation(program, hp, noise_aux, state).members(jnp.arange(start, stop, dtype=jnp.int32), pairs)
 
 
 def tell(
@@ -68,28 +77,119 @@ def tell(
     fitness,
     *,
     update_batch_size: int | None = None,
+    stop_criteria: stopping.StopCriteria | None = None,
 ) -> tuple[State, dict[str, jax.Array]]:
     """Update ``state`` from the fitnesses of the members ``ask`` returned; one generation.
 
     Args:
       strategy: the strategy of ``state``.
-      state: the state ``ask`` was called with.
+      state: the state ``ask`` was called with. ``tell`` cannot see which
+        members the fitnesses belong to: given those of another state's
+        members (a stale ``ask``), it updates this state with them all the same.
       fitness: ``float[popsize]``, member order (higher is better when
         ``strategy.maximize``); NaN/inf mark failed members, as in ``evolve``.
+        float64 values keep their precision (the engine ranks them in full).
       update_batch_size: as for ``es.evolve`` (it fixes the summation order:
         give the same value to match ``evolve`` bit for bit).
+      stop_criteria: the thresholds of the stopping conditions (``es.StopCriteria``).
 
     Returns:
       ``(state, metrics)``: the next state and this generation's metrics
-      (scalars; the names of ``es.METRIC_NAMES``).
+      (scalars; the names of ``es.METRIC_NAMES``; ``"stop"`` says which
+      stopping conditions hold, ``es.stop_reasons`` in words).
     """
-    _check(strategy, state, "tell")
+    layout = _checked(strategy, state, "tell")
     if state.fitness_state is not None:
         raise ValueError(
             "es.tell: state.fitness_state is not None (the state was made for a StatefulFitness), but tell "
             "receives fitnesses only; use es.evolve for a StatefulFitness, or a state made with "
             "strategy.init(key, params)."
         )
+    values = _fitness_values(strategy, fitness)
+    execution = _execution(strategy, layout, update_batch_size, stop_criteria)
+    mesh = resolve_mesh(None)
+    given = from_host(values, "es.tell")
+    state, metrics = _tell_compiled(strategy.program(), mesh, execution, strategy.hyperparameters(layout.dim),
+                                    replicate(state, mesh), given)
+    return state, jax.tree.map(lambda m: m[0], metrics)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _tell_compiled(program, mesh, execution, hp, state, given):
+    def one_generation(hp, state, given):
+        return run_generations(program, GivenFitness(given), mesh, execution, 1, hp, state)
+
+    return jax.shard_map(one_generation, mesh=mesh, in_specs=(P(), P(), P()), out_specs=P(), check_vma=False)(
+        hp, state, given
+    )
+
+
+def stop_reasons(strategy: Strategy, state: State, stop_criteria: stopping.StopCriteria | None = None) -> list[str]:
+    """Why ``state`` should stop, in words (``"name: what it means"`` per condition met; ``[]``: go on).
+
+    The conditions of ``es.engine.stopping`` after the state's last
+    generation (the metric ``"stop"`` of that ``tell``/``evolve`` call, for
+    the same ``stop_criteria``). Stopping never changes what a further
+    generation does; it is yours (or ``es.minimize``'s) to act on.
+    """
+    layout = _checked(strategy, state, "stop_reasons")
+    criteria = stop_criteria or stopping.StopCriteria()
+    if not isinstance(criteria, stopping.StopCriteria):
+        raise TypeError(f"es.stop_reasons(stop_criteria={stop_criteria!r}): use an es.StopCriteria(...) or None.")
+    mask = _stop_mask(strategy.program(), criteria, strategy.hyperparameters(layout.dim), state)
+    return stopping.reasons(int(mask), layout.dim, strategy.popsize, criteria)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _stop_mask(program, criteria, hp, state):
+    return stopping.bitmask(stopping.state_conditions(program, hp, state, criteria))
+
+
+# --------------------------------------------------------------------------- checks, made once
+
+
+def _checked(strategy: Strategy, state: State, name: str) -> Layout:
+    """Check ``strategy`` and ``state`` (once per strategy and state signature); the params' layout."""
+    if not isinstance(strategy, Strategy):
+        raise TypeError(f"es.{name}: strategy must be an es strategy (es.OpenES, es.SNES, es.CMAES, ...), got "
+                        f"{type(strategy).__name__}.")
+    if not isinstance(state, State):
+        raise TypeError(f"es.{name}: state must be an es.State from strategy.init(key, params), got "
+                        f"{type(state).__name__}.")
+    leaves, treedef = jax.tree.flatten(state)
+    key = (strategy, treedef, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves))
+    try:
+        return _CHECKED[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable strategy: checked every time
+        key = None
+    check_state(strategy, None, state)
+    layout = Layout.of(state.params)
+    check_noise(strategy, state, layout)
+    if key is not None:
+        if len(_CHECKED) >= 512:
+            _CHECKED.clear()
+        _CHECKED[key] = layout
+    return layout
+
+
+_CHECKED: dict = {}  # (strategy, state signature) -> layout, for pairs that passed the checks
+
+
+@functools.lru_cache(maxsize=512)
+def _pairs(strategy: Strategy, layout: Layout, count: int, eval_batch_size) -> bool:
+    execution = resolve_execution(strategy, layout, "fitness", eval_batch_size, None)
+    return evaluates_pairs(strategy, count, execution.eval_batch_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _execution(strategy: Strategy, layout: Layout, update_batch_size, stop_criteria):
+    return resolve_execution(strategy, layout, "fitness", None, update_batch_size, stop_criteria=stop_criteria)
+
+
+def _fitness_values(strategy: Strategy, fitness) -> np.ndarray:
+    """``fitness`` as a float64 array of shape ``(popsize,)``, or a ``ValueError`` naming what is wrong."""
     values = np.asarray(fitness)
     if values.shape != (strategy.popsize,) or not (
         np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)
@@ -98,28 +198,7 @@ def tell(
             f"es.tell: fitness must be a real array of shape ({strategy.popsize},) (one value per member, in "
             f"member order), got {values.dtype}{list(values.shape)}."
         )
-    execution = engine.resolve_execution(strategy, Layout.of(state.params), "fitness", None, update_batch_size)
-    mesh = resolve_mesh(None)
-    state, metrics = _tell_compiled(strategy, mesh, execution, replicate(state, mesh), jnp.asarray(values, jnp.float32))
-    return state, jax.tree.map(lambda m: m[0], metrics)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _tell_compiled(strategy, mesh, execution, state, values):
-    def one_generation(state, values):
-        return engine.run_generations(strategy, GivenFitness(values), mesh, execution, 1, state)
-
-    return jax.shard_map(one_generation, mesh=mesh, in_specs=(P(), P()), out_specs=P(), check_vma=False)(
-        state, values
-    )
-
-
-def _check(strategy: Strategy, state: State, name: str) -> None:
-    if not isinstance(strategy, Strategy):
-        raise TypeError(f"es.{name}: strategy must be an es strategy (es.OpenES, es.SNES, ...), got "
-                        f"{type(strategy).__name__}.")
-    engine.check_state(strategy, None, state)
-    engine.check_noise(strategy, state, Layout.of(state.params))
+    return values
 
 
 def _member_range(strategy: Strategy, members) -> tuple[int, int]:

@@ -63,12 +63,19 @@ def eval_key(gen_key: jax.Array, member: jax.Array, shared_by: str = "member") -
     return jax.random.fold_in(jax.random.fold_in(gen_key, _EVAL_STREAM), index)
 
 
+def compute_dtype(dtype) -> jnp.dtype:
+    """The dtype members and updates are computed in for params of ``dtype``: float32, or float64 params'."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
 class Generation:
     """One generation's population, rebuilt on demand from shared keys (never stored).
 
-    Member ``i`` is ``mean + scale * noise_sign(i) * eps_{noise_index(i)}``,
-    built in float32 and cast to the params' dtype. ``scale`` is a float32
-    scalar or ``float32[D]``. Used inside traced code only.
+    Member ``i`` is ``mean + scale * noise_sign(i) * eps_{noise_index(i)}``
+    (``mean + noise_sign(i) * scale @ eps`` for a ``[D, D]`` scale), built in
+    ``compute_dtype`` (float32, or float64 for float64 params) and cast to the
+    params' dtype. ``scale`` is the strategy's: a scalar, ``float[D]`` or
+    ``float[D, D]``. Used inside traced code only.
 
     Args:
       noise: the strategy's noise source; ``aux`` what its ``prepare`` built.
@@ -87,6 +94,7 @@ class Generation:
         self.flat, self.unravel = ravel_pytree(params)
         self.layout = Layout.of(params)
         self.dim = self.layout.dim
+        self.dtype = compute_dtype(self.flat.dtype)
 
     def noise_keys(self, indices: jax.Array) -> jax.Array:
         """The keys of the noise vectors ``indices``."""
@@ -100,9 +108,15 @@ class Generation:
         """float32[len(indices), D]: the noise vectors with those indices."""
         return jax.vmap(self.noise.sample, in_axes=(None, 0, None))(self.aux, self.noise_keys(indices), self.layout)
 
+    def step(self, sign: jax.Array, eps: jax.Array) -> jax.Array:
+        """``scale * sign * eps`` (``sign * scale @ eps`` for a matrix scale): one member's offset from the mean."""
+        if jnp.ndim(self.scale) == 2:
+            return sign * jnp.matmul(self.scale, eps.astype(self.scale.dtype), precision=jax.lax.Precision.HIGHEST)
+        return self.scale * sign * eps
+
     def perturb(self, sign: jax.Array, eps: jax.Array):
-        """The params pytree ``mean + scale * sign * eps`` for one member."""
-        return self.unravel((self.flat.astype(jnp.float32) + self.scale * sign * eps).astype(self.flat.dtype))
+        """The params pytree ``mean + step(sign, eps)`` for one member."""
+        return self.unravel((self.flat.astype(self.dtype) + self.step(sign, eps)).astype(self.flat.dtype))
 
     def members(self, members: jax.Array, pairs: bool = False):
         """The params of ``members`` (a pytree with leading axis ``len(members)``).
@@ -130,15 +144,26 @@ class Generation:
 
         The arithmetic of ``perturb`` on those coordinates alone, compiled
         ``apart``, so that a slice has the bits of the same coordinates of
-        the whole in any program (``es/engine/update.py``).
+        the whole in any program (``es.engine.update``). A slice needs a
+        ``sliceable`` noise source and a scalar or per-coordinate scale.
         """
         size = self.dim if size is None else size
+        whole = isinstance(start, int) and start == 0 and size == self.dim
         index = noise_index(member, self.antithetic)
-        eps = self.noise.sample(self.aux, noise_key(self.key, index), self.layout, start, size)
-        scale = self.scale if jnp.ndim(self.scale) == 0 else jax.lax.dynamic_slice(self.scale, (start,), (size,))
-        mean = jax.lax.dynamic_slice(self.flat, (start,), (size,))
-        return apart(lambda mean, scale, eps: (mean.astype(jnp.float32) + scale * eps).astype(mean.dtype),
-                     mean, scale * noise_sign(member, self.antithetic), eps)
+        key, sign = noise_key(self.key, index), noise_sign(member, self.antithetic)
+        mean = self.flat if whole else jax.lax.dynamic_slice(self.flat, (start,), (size,))
+        if jnp.ndim(self.scale) == 2:
+            assert whole, "a matrix scale is never split"
+            return apart(lambda mean, step: (mean.astype(self.dtype) + step).astype(mean.dtype), mean,
+                         self.step(sign, self.noise.sample(self.aux, key, self.layout)))
+        if whole:
+            eps = self.noise.sample(self.aux, key, self.layout)
+        else:
+            eps = self.noise.sample(self.aux, key, self.layout, start, size)
+        scale = self.scale if jnp.ndim(self.scale) == 0 or whole else jax.lax.dynamic_slice(
+            self.scale, (start,), (size,))
+        return apart(lambda mean, scale, eps: (mean.astype(self.dtype) + scale * eps).astype(mean.dtype),
+                     mean, scale * sign, eps)
 
     def fitness_inputs(self, members: jax.Array, pairs: bool = False):
         """``(params, in_axes)``: what the fitness receives for ``members``, and how to ``vmap`` over it.

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from es.noise import sources as noise_lib
+from es.noise.accumulate import MIN_SLICE
 
 BLOCK = 2**10
 """Coordinates per block of a norm, and the granularity of a device's slice (``noise.MIN_SLICE`` is a multiple)."""
@@ -40,7 +40,7 @@ def slice_size(dim: int, num_devices: int, align: int = 1) -> int:
     update is cheap, and ``GaussianNoise`` sums it with a reduction that XLA rounds by shape), at most ``D``
     (then nothing is split: every device works on all of ``D``)."""
     per_device = -(-dim // num_devices)
-    return min(dim, max(align * -(-per_device // align), noise_lib.MIN_SLICE))
+    return min(dim, max(align * -(-per_device // align), MIN_SLICE))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,15 +20,16 @@ popsize. One compilation serves all the runs, and a later call whose runs
 vary the same fields (with other values) reuses it.
 
 What may differ between the runs: the state (any seed, any initial params
-of one structure) and the strategy's numeric hyperparameters
-(``Strategy.hyperparameters()``: ``sigma``, ``weight_decay``, learning
-rates...), which enter the program as traced float32 values through
-``Strategy.with_hyperparameters``. Optimizers may differ only where their
-numbers live in their state, i.e. optimizers built with
-``optax.inject_hyperparams``; two optimizers are accepted when their
-``update`` traces to the same program. Everything else (kind, ``popsize``,
-``antithetic``, noise source, shaping, schedules, params structure) must be
-equal, or ``evolve_many`` raises an error that names what differs.
+of one structure) and the strategy's hyperparameters (its float fields,
+``Strategy.hyperparameters(dim)``: ``sigma``, ``weight_decay``, learning
+rates...), which the program takes as a traced pytree, stacked over the runs
+and ``vmap``ped: the runs' strategies must have one ``Strategy.program()``.
+Optimizers may differ only where their numbers live in their state, i.e.
+optimizers built with ``optax.inject_hyperparams``; two optimizers are
+accepted when their ``update`` traces to the same program. Everything else
+(kind, ``popsize``, ``antithetic``, noise source, shaping, schedules,
+whatever a float decides about the program's structure, params structure)
+must be equal, or ``evolve_many`` raises an error that names what differs.
 
 Equality with separate ``es.evolve`` runs: every run follows its own
 ``es.evolve`` (same keys, same members, same update). Bit for bit where
@@ -51,34 +52,35 @@ import optax
 from jax.sharding import Mesh
 
 from es import validation
+from es.engine.evolution import evolve_checked, scan_generations, shard_replicated
+from es.engine.execution import Execution, check_evolve_args, check_state
+from es.engine.generation import evaluate_local, generation_step, this_generation
+from es.fitness import GivenFitness, adapter
+from es.noise import Layout
 from es.parallel.distributed import replicate
-from es.engine.generation import (
-    Execution, Metrics, check_evolve_args, check_state, evaluate_local, evolve_checked, generation_step,
-    scan_generations, shard_replicated, this_generation,
-)
-from es.noise.layout import Layout
-from es.fitness.functions import GivenFitness, adapter
-from es.strategies.base import State, Strategy
+from es.strategies.base import TRACED, State, Strategy
 
 PyTree = Any
+Metrics = dict[str, jax.Array]
 
 
 class Sweep(NamedTuple):
-    """What ``check_evolve_many_args`` resolves: the program's static parts and the runs' values.
+    """What ``check_evolve_many_args`` resolves: the program's static parts and the runs' hyperparameters.
 
     Attributes:
-      template: the strategy the program is compiled for: ``strategies[0]``
-        with the varying hyperparameters set to a placeholder, ``0.0`` (``1.0``
-        for a switch, which is on in every run), so the compiled program
-        depends on which fields vary, not on their values.
-      values: field name -> float32[runs], the varying hyperparameters.
+      program: the strategy the program is compiled for: ``strategies[0].program()``
+        with the optimizers every run computes with.
+      hyperparameters: the runs' ``hyperparameters(dim)``, each leaf stacked
+        along a leading run axis.
       mesh, execution: as ``es.evolve`` resolves them.
+      first: ``strategies[0]`` (a one-run sweep runs ``es.evolve``'s program).
     """
 
-    template: Strategy
-    values: dict[str, np.ndarray]
+    program: Strategy
+    hyperparameters: PyTree
     mesh: Mesh
     execution: Execution
+    first: Strategy
 
 
 def evolve_many(
@@ -91,20 +93,21 @@ def evolve_many(
     exchange: str = "fitness",
     eval_batch_size: int | None = None,
     update_batch_size: int | None = None,
+    stop_criteria=None,
 ) -> tuple[list[State], list[Metrics]]:
     """Run ``num_generations`` generations of several runs at once: one compiled program, vmapped over the runs.
 
     Args:
       strategies: a list of strategies of one kind that differ at most in
-        their numeric hyperparameters (``Strategy.hyperparameters()``) and in
-        optimizers built with ``optax.inject_hyperparams``.
+        their hyperparameters (their float fields) and in optimizers built
+        with ``optax.inject_hyperparams``.
       fitness_fn: as for ``es.evolve``, shared by every run.
       states: one state per strategy (``strategies[i].init(...)``, any seed;
         params of one structure, shapes and dtypes), or the states a previous
         ``evolve_many`` returned.
       num_generations: a Python int >= 0.
-      mesh, exchange, eval_batch_size, update_batch_size: as for
-        ``es.evolve``; each device evaluates its share of every run's
+      mesh, exchange, eval_batch_size, update_batch_size, stop_criteria: as
+        for ``es.evolve``; each device evaluates its share of every run's
         population, ``eval_batch_size`` members of every run at a time.
 
     Returns:
@@ -118,13 +121,12 @@ def evolve_many(
 
     Raises:
       TypeError / ValueError before anything is compiled, naming the run and
-      the field that differs, for strategies of different kinds or
-      non-numeric settings, optimizers that compute differently, states of
-      another structure, and everything ``es.evolve`` refuses.
+      the field that differs, for strategies of different kinds or programs,
+      optimizers that compute differently, states of another structure, and
+      everything ``es.evolve`` refuses.
     """
-    sweep = check_evolve_many_args(
-        strategies, fitness_fn, states, num_generations, mesh, exchange, eval_batch_size, update_batch_size
-    )
+    sweep = check_evolve_many_args(strategies, fitness_fn, states, num_generations, mesh, exchange, eval_batch_size,
+                                   update_batch_size, stop_criteria)
     return evolve_many_checked(sweep, fitness_fn, states, num_generations)
 
 
@@ -137,15 +139,13 @@ def evolve_many_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[Sta
     own program: as a one-trip ``lax.map``, which XLA inlines and fuses with
     what surrounds it, its update could round otherwise than ``es.evolve``'s.
     """
-    if len(states) == 1:  # nothing varies: the template is the strategy itself
-        state, metrics = evolve_checked(
-            sweep.template, fitness_fn, states[0], num_generations, sweep.mesh, sweep.execution
-        )
+    if len(states) == 1:
+        state, metrics = evolve_checked(sweep.first, fitness_fn, states[0], num_generations, sweep.mesh,
+                                        sweep.execution)
         return [state], [metrics]
-    values, stacked = replicate((sweep.values, stack(list(states))), sweep.mesh)
-    stacked, metrics = _evolve_many_compiled(
-        sweep.template, adapter(fitness_fn), sweep.mesh, sweep.execution, int(num_generations), values, stacked
-    )
+    hyperparameters, stacked = replicate((sweep.hyperparameters, stack(list(states))), sweep.mesh)
+    stacked, metrics = _evolve_many_compiled(sweep.program, adapter(fitness_fn), sweep.mesh, sweep.execution,
+                                             int(num_generations), hyperparameters, stacked)
     return unstack(stacked, metrics)
 
 
@@ -164,56 +164,51 @@ def unstack(stacked: State, metrics: Metrics) -> tuple[list[State], list[Metrics
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _evolve_many_compiled(template, fitness, mesh, execution, num_generations, values, states):
-    run = functools.partial(run_many_generations, template, fitness, mesh, execution, num_generations)
-    return shard_replicated(run, mesh)((values, states))
+def _evolve_many_compiled(program, fitness, mesh, execution, num_generations, hyperparameters, states):
+    run = functools.partial(run_many_generations, program, fitness, mesh, execution, num_generations)
+    return shard_replicated(run, mesh)(hyperparameters, states)
 
 
-def run_many_generations(template, fitness, mesh, execution, num_generations, inputs):
+def run_many_generations(program, fitness, mesh, execution, num_generations, hyperparameters, states):
     """``num_generations`` generations of every run (inside the ``shard_map``): a scan of ``sweep_step``.
 
-    ``inputs`` is ``(values, states)``: the varying hyperparameters
-    (float32[runs] each) and the states stacked along a leading run axis.
     Returns the stacked states and metrics of shape ``[generations, runs]``.
     """
-    values, states = inputs
     layout = Layout.of(jax.tree.map(lambda x: x[0], states.params))  # one run's params
-    noise_aux = template.noise.prepare(layout)  # shared: the runs have the same noise source
-    step = functools.partial(sweep_step, template, fitness, mesh, execution, noise_aux, values)
+    noise_aux = program.noise.prepare(layout)  # shared: the runs have the same noise source
+    step = functools.partial(sweep_step, program, fitness, mesh, execution, noise_aux, hyperparameters)
     # With the split update each device carries its slices of every run's private state, as es.evolve does.
-    return scan_generations(template, mesh, execution, layout.dim, step, num_generations, states, batched=True)
+    return scan_generations(mesh, execution, layout.dim, step, num_generations, states, batched=True)
 
 
-def sweep_step(template, fitness, mesh, execution, noise_aux, values, states):
+def sweep_step(program, fitness, mesh, execution, noise_aux, hyperparameters, states):
     """One generation of every run, on one device: the evaluation vmapped over the runs, then each run's update.
 
-    1. ``vmap`` over the runs of ``engine.evaluate_local``: this device's
-       members of every run, ``eval_batch_size`` of each run at a time (so
-       the fitness function sees ``runs x eval_batch_size`` members at once:
-       where a sweep gains its speed on small populations).
-    2. ``lax.map`` over the runs of ``engine.generation_step``, whose
-       evaluation reads the fitnesses of step 1 (``GivenFitness``): the
-       exchange, the strategy's update and the metrics run one run at a
-       time, in the same shapes as in ``es.evolve``, so XLA compiles that
-       arithmetic as it does there and each run stays bit-identical to its
-       own ``es.evolve`` (a ``vmap`` would batch its reductions, which XLA
-       may round differently).
+    1. ``vmap`` over the runs of ``evaluate_local``: this device's members of
+       every run, ``eval_batch_size`` of each run at a time (so the fitness
+       function sees ``runs x eval_batch_size`` members at once: where a
+       sweep gains its speed on small populations).
+    2. ``lax.map`` over the runs of ``generation_step``, whose evaluation
+       reads the fitnesses of step 1 (``GivenFitness``): the exchange, the
+       strategy's update and the metrics run one run at a time, in the same
+       shapes as in ``es.evolve``, so XLA compiles that arithmetic as it does
+       there and each run stays bit-identical to its own ``es.evolve`` (a
+       ``vmap`` would batch its reductions, which XLA may round differently).
     """
 
-    def evaluate(run_values, state):
-        strategy = template.with_hyperparameters(run_values)
-        members = this_generation(strategy, noise_aux, state)
-        return evaluate_local(strategy, fitness, mesh, execution, members, state)
+    def evaluate(hp, state):
+        members = this_generation(program, hp, noise_aux, state)
+        return evaluate_local(program, fitness, mesh, execution, members, state)
 
-    local_members, (local_fitness, local_stats) = jax.vmap(evaluate)(values, states)
+    local_members, (local_fitness, local_stats) = jax.vmap(evaluate)(hyperparameters, states)
 
     def update(run):
-        run_values, state, run_fitness, run_stats, members = jax.lax.optimization_barrier(run)
-        given = GivenFitness(run_fitness, run_stats, first=members[0], fn=fitness.fn)
-        strategy = template.with_hyperparameters(run_values)
-        return jax.lax.optimization_barrier(generation_step(strategy, given, mesh, execution, noise_aux, state))
+        hp, state, run_fitness, run_stats, members = jax.lax.optimization_barrier(run)
+        given = GivenFitness(run_fitness, run_stats, first=members[0], fitness=fitness)
+        return jax.lax.optimization_barrier(
+            generation_step(program, given, mesh, execution, noise_aux, execution.criteria, hp, state))
 
-    return jax.lax.map(update, (values, states, local_fitness, local_stats, local_members))
+    return jax.lax.map(update, (hyperparameters, states, local_fitness, local_stats, local_members))
 
 
 # --------------------------------------------------------------------------- checks
@@ -221,10 +216,15 @@ def sweep_step(template, fitness, mesh, execution, noise_aux, values, states):
 
 def check_evolve_many_args(
     strategies, fitness_fn, states, num_generations, mesh, exchange="fitness", eval_batch_size=None,
-    update_batch_size=None,
+    update_batch_size=None, stop_criteria=None,
 ) -> Sweep:
     """Validate ``evolve_many``'s arguments before any compilation; return the ``Sweep``."""
-    for name, value in (("strategies", strategies), ("states", states)):
+    for name, value, one in (("strategies", strategies, Strategy), ("states", states, State)):
+        if isinstance(value, one):
+            raise TypeError(
+                f"es.evolve_many({name}=...): got one {'es.State' if one is State else 'strategy'}; {name} must be "
+                f"a list with one entry per run, e.g. {name}=[{name[:-1]}]."
+            )
         if not isinstance(value, (list, tuple)) or not value:
             raise TypeError(
                 f"es.evolve_many({name}=...): {name} must be a non-empty list (one entry per run), "
@@ -246,31 +246,29 @@ def check_evolve_many_args(
             "es.evolve_many(fitness_fn=...): an es.HostFitness is not supported in a sweep yet; run each seed "
             "with es.evolve or es.run (or drive the runs with es.ask/es.tell)."
         )
-    mesh, execution = check_evolve_args(
-        strategies[0], fitness_fn, states[0], num_generations, mesh, exchange, eval_batch_size, update_batch_size
-    )
-    first = strategies[0]
-    varying, optimizers = varying_hyperparameters(strategies, states[0].params)
+    mesh, execution = check_evolve_args(strategies[0], fitness_fn, states[0], num_generations, mesh, exchange,
+                                        eval_batch_size, update_batch_size, stop_criteria)
+    optimizers = check_same_program(strategies, states[0].params)
     for i in range(1, len(strategies)):
         _check_run_state(i, strategies[i], fitness_fn, states[i], states[0])
-    switches = first.switch_settings()  # the runs agree on them (varying_hyperparameters)
-    placeholders = {name: 1.0 if switches.get(name) else 0.0 for name in varying}
-    template = dataclasses.replace(first, **optimizers).with_hyperparameters(placeholders)
-    values = {name: np.asarray([s.hyperparameters()[name] for s in strategies], np.float32) for name in varying}
-    return Sweep(template, values, mesh, execution)
+    dim = Layout.of(states[0].params).dim
+    dtype = jnp.result_type(float)
+    hyperparameters = jax.tree.map(lambda *values: np.asarray(values, dtype),
+                                   *[s.hyperparameters(dim) for s in strategies])
+    program = dataclasses.replace(strategies[0], **optimizers).program() if optimizers else strategies[0].program()
+    return Sweep(program, hyperparameters, mesh, execution, strategies[0])
 
 
-def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> tuple[tuple[str, ...], dict]:
-    """``(names, optimizers)``: the numeric hyperparameters whose values differ between ``strategies``, and
-    the optimizer each optimizer field compiles with; raise if anything else differs.
+def check_same_program(strategies: Sequence[Strategy], params: PyTree) -> dict:
+    """The optimizer each optimizer field compiles with; raise unless every run has ``strategies[0]``'s program.
 
-    Numeric hyperparameters (floats) may differ. Optimizers must compute the
+    Hyperparameters (float fields) may differ. Optimizers must compute the
     same function of ``(gradient, optimizer state, params)`` (see
-    ``check_same_optimizer``). Every other field must be equal.
+    ``check_same_optimizer``). Every other field must be equal, including
+    what a float decides about the program (PGPE's ``sigma_learning_rate=0``).
     """
     first = strategies[0]
     kind = type(first).__name__
-    varying, optimizers = [], {}
     for i, strategy in enumerate(strategies[1:], start=1):
         if type(strategy) is not type(first):
             raise TypeError(
@@ -278,45 +276,38 @@ def varying_hyperparameters(strategies: Sequence[Strategy], params: PyTree) -> t
                 "runs of one evolve_many share one program, so they must be strategies of one kind (run each "
                 "kind in its own evolve_many)."
             )
-    numeric = first.hyperparameters()
-    for name in first.fields():
-        values = [getattr(s, name) for s in strategies]
-        if name in first.switches:
-            _check_same_switch(kind, name, strategies)
-        if name in numeric and all(isinstance(v, float) for v in values):
-            if any(v != values[0] for v in values):
-                varying.append(name)
-        elif all(isinstance(v, optax.GradientTransformation) for v in values):
+    programs = [s.program() for s in strategies]
+    traced = first.hyperparameter_fields()
+    optimizers = {}
+    for field in dataclasses.fields(first):
+        name = field.name
+        values = [getattr(p, name) for p in programs]
+        if all(isinstance(v, optax.GradientTransformation) for v in values):
             optimizers[name] = check_same_optimizer(kind, name, values, params)
-        else:
-            for i, value in enumerate(values[1:], start=1):
-                if not _same_setting(value, values[0]):
-                    raise ValueError(
-                        f"es.evolve_many: strategies[{i}].{name}={value!r} but strategies[0].{name}={values[0]!r}. "
-                        f"The runs may differ only in the numeric hyperparameters of {kind} "
-                        f"({', '.join(sorted(numeric)) or 'none'}; floats) and in optimizers built with "
-                        f"optax.inject_hyperparams; {name} shapes the compiled program"
-                        f"{_same_object_hint(value)}. Give every run the same {name}, or run each setting in its "
-                        "own evolve_many."
-                    )
-    return tuple(varying), optimizers
-
-
-def _check_same_switch(kind: str, name: str, strategies: Sequence[Strategy]) -> None:
-    """Raise ``ValueError`` unless every run has switch ``name`` on (non-zero) or every run has it off (zero)."""
-    first = strategies[0].switched_on(name)
-    for i, strategy in enumerate(strategies[1:], start=1):
-        if strategy.switched_on(name) != first:
+            continue
+        for i, value in enumerate(values[1:], start=1):
+            if _same_setting(value, values[0]):
+                continue
+            if not field.init:  # derived from the settings: name them
+                raise ValueError(
+                    f"es.evolve_many: strategies[{i}] and strategies[0] differ in {kind}.{name} "
+                    f"({getattr(strategies[i], name)!r} against {getattr(first, name)!r}), which their settings "
+                    f"decide and which shapes the compiled program ({field.metadata.get('derived', 'derived')}); "
+                    "run the two settings in two evolve_many calls."
+                )
+            shown = [getattr(strategies[j], name) for j in (i, 0)]
             raise ValueError(
-                f"es.evolve_many: strategies[{i}].{name}={getattr(strategy, name)!r} but "
-                f"strategies[0].{name}={getattr(strategies[0], name)!r}; {kind} switches part of its update off "
-                f"when {name} is 0, so whether it is 0 shapes the compiled program. The runs may vary {name} "
-                "among non-zero values, or all keep it at 0; run the two settings in two evolve_many calls."
+                f"es.evolve_many: strategies[{i}].{name}={shown[0]!r} but strategies[0].{name}={shown[1]!r}. "
+                f"The runs may differ only in the hyperparameters of {kind} ({', '.join(traced) or 'none'}; "
+                f"floats) and in optimizers built with optax.inject_hyperparams; {name} shapes the compiled "
+                f"program{_same_object_hint(shown[0])}. Give every run the same {name}, or run each setting in its "
+                "own evolve_many."
             )
+    return {name: optimizer for name, optimizer in optimizers.items() if optimizer is not getattr(first, name)}
 
 
 def _same_setting(a, b) -> bool:
-    if a is b:
+    if a is b or (a is TRACED and b is TRACED):
         return True
     try:
         return bool(a == b) and type(a) is type(b)

@@ -1,142 +1,112 @@
-"""``exchange="sharded"`` with a coordinatewise strategy: each device updates its own slice of the coordinates.
+"""Step 5 of a generation, the one update path: the strategy's update on this device's part of the coordinates.
 
-The strategy's update then runs on ``S = slice_size(D, n, BLOCK)``
-coordinates per device instead of all ``D`` on every device (``Partition``:
-device ``d`` works on ``[start_d, start_d + S)``), and so do the finite
-check and the best member. Per generation, after the fitnesses are exchanged::
+The coordinates are partitioned over the devices (``es.engine.partition.Partition``). Where
+``exchange="sharded"`` meets a ``coordinatewise`` strategy and more than ``MIN_SLICE`` params, device
+``d`` works on its slice ``[start_d, start_d + S)``; everywhere else there is one part, all ``D``
+coordinates, on every device. Either way the same code runs::
 
-    device d:  sums of its slice  ->  strategy.for_slice(D).update on its slice  ->  new slice
-               block sums of the direction, the step and the params   --all-gather-->  the norms, the finite check
-               new slice of the mean (and of every shared per-coordinate leaf, SNES's sigma)  --all-gather-->  whole
+    device d:  mean, per-coordinate state, sums of its part  ->  strategy.update, compiled apart  ->  new part
+               block sums of the direction, the change and the mean  --all-gather (if split)-->  norms
+               finite everywhere and some member valid?  ->  keep the new part, else the old one
+               the best member so far (its part)
+               new part of the mean and of the shared per-coordinate state  --all-gather (if split)-->  whole
 
-Between generations the scan carries, on each device, the whole mean and
-the state that ``scale`` and ``coefficients`` read (replicated, as in every
-mode), and only its slice of the rest: the ``private_state`` fields (an
-optimizer's moments) and ``best_params``, as flat ``[S]`` vectors. ``split``
-makes that carry from a replicated ``State`` at the start of an ``evolve``
-call and ``join`` gathers it back at the end, so callers only ever see
-replicated states.
+The strategy's arithmetic is compiled ``apart`` (XLA contracts multiply-adds into FMAs as its fusions
+allow, so the bits would otherwise follow the surrounding program) and the norms are summed by blocks in
+an order fixed by ``D`` (``es.engine.partition``), so a split update on any mesh has the bits of one part
+on one device.
 
-Where this path ``applies`` (a coordinatewise strategy, more than
-``noise.MIN_SLICE`` params) every mode and mesh runs it, on all ``D``
-coordinates where nothing is split: the step compiled ``apart`` and every
-norm summed in an order fixed by ``D`` (``es.coordinates``), so that
-``"sharded"`` on any mesh has the bits of ``"fitness"`` on one device.
+Between generations a split run's scan carries, on each device, the whole mean and the state that
+``scale`` and ``coefficients`` read (replicated), and only its slice of the ``Private`` fields of the
+strategy state (an optimizer's moments) and of ``best_params``. ``split`` makes that carry from a
+replicated ``State`` at the start of an ``evolve`` call and ``join`` gathers it at the end, so callers only
+ever see replicated states.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from es.engine import partition as coordinates
-from es.engine import members as population
-from es.noise import sources as noise_lib
+from es.engine import partition
+from es.engine.members import Generation
 from es.engine.partition import Partition
-from es.strategies.base import State, Strategy
+from es.strategies.base import State, Strategy, declared_fields
 
 PyTree = Any
 
-NORM_VECTORS = 4  # block sums gathered per generation: the direction, the step, the new and the old mean
+NORM_VECTORS = 4  # block sums gathered per generation: the direction, the change, the new and the old mean
 
 
-def applies(strategy: Strategy, dim: int) -> bool:
-    """Whether a run's update takes this module's path (in every mode and on every mesh, so that they agree):
-    a coordinatewise strategy, noise that can be sliced (not low-rank), and more than ``noise.MIN_SLICE``
-    params, so that some mesh can split them.
+class Updated(NamedTuple):
+    """What the update of one generation gives ``generation_step``: the next mean (a pytree, or the flat slice a
+    split carry holds), strategy state, best member and fitness, and the norm metrics."""
 
-    Smaller params keep the engine's replicated update, whose bits are those of runs recorded before the
-    split update existed (every policy in experiments/configs).
-    """
-    return strategy.coordinatewise and strategy.noise.sliceable and dim > noise_lib.MIN_SLICE
-
-
-# --------------------------------------------------------------------------- per-coordinate leaves
+    params: PyTree
+    strategy_state: Any
+    best_params: PyTree
+    best_fitness: jax.Array
+    norms: dict[str, jax.Array]
 
 
-def _coordinate_test(params: PyTree) -> Callable[[Any], bool]:
-    """Whether a node of a strategy state holds one value per coordinate: a subtree shaped like ``params``, or
-    a ``float[D]`` vector (ravel order)."""
-    leaves, treedef = jax.tree.flatten(params)
-    shapes = [jnp.shape(leaf) for leaf in leaves]
-    dim = sum(int(jnp.size(leaf)) for leaf in leaves)
-
-    def is_coordinates(node) -> bool:
-        node_leaves, node_def = jax.tree.flatten(node)
-        if node_def == treedef and [jnp.shape(x) for x in node_leaves] == shapes:
-            return True
-        return jax.tree_util.treedef_is_leaf(node_def) and node_leaves != [] and jnp.shape(node_leaves[0]) == (dim,)
-
-    return is_coordinates
+# --------------------------------------------------------------------------- per-coordinate fields
 
 
-def map_coordinates(fn: Callable[[jax.Array], jax.Array], tree: PyTree, params: PyTree) -> PyTree:
-    """``tree`` with every per-coordinate node replaced by ``fn(its raveled float[D] vector)``."""
-    is_coordinates = _coordinate_test(params)
-    return jax.tree.map(lambda node: fn(ravel_pytree(node)[0]) if is_coordinates(node) else node, tree,
-                        is_leaf=is_coordinates)
+def _per_coordinate_leaves(fn: Callable[[jax.Array], jax.Array], value: PyTree, dim: int) -> PyTree:
+    """``value`` with ``fn`` applied to every ``[D]`` leaf (the leaves a per-coordinate field holds per coordinate)."""
+    return jax.tree.map(lambda leaf: fn(leaf) if jnp.shape(leaf) == (dim,) else leaf, value)
 
 
-def unmap_coordinates(flat_tree: PyTree, template: PyTree, params: PyTree) -> PyTree:
-    """The inverse of ``map_coordinates`` (with ``fn`` the identity): raveled nodes back in ``template``'s shapes."""
-    is_coordinates = _coordinate_test(params)
-    return jax.tree.map(lambda node, flat: ravel_pytree(node)[1](flat) if is_coordinates(node) else flat,
-                        template, flat_tree, is_leaf=is_coordinates)
+def map_declared(fn: Callable[[jax.Array], jax.Array], strategy_state, dim: int, which: str = "all"):
+    """The strategy state with ``fn`` applied to the ``[D]`` leaves of its declared fields: ``"all"`` of them
+    (``PerCoordinate`` and ``Private``), the ``"private"`` ones or the ``"shared"`` (``PerCoordinate``) ones."""
+    per_coordinate, private = declared_fields(type(strategy_state))
+    names = {"all": per_coordinate + private, "private": private, "shared": per_coordinate}[which]
+    if not names:
+        return strategy_state
+    changed = {name: _per_coordinate_leaves(fn, getattr(strategy_state, name), dim) for name in names}
+    return strategy_state._replace(**changed)
 
 
-def _fields(strategy: Strategy, strategy_state) -> tuple[dict, dict]:
-    """``(private, shared)``: the strategy state's fields split by ``strategy.private_state``."""
-    if not strategy.private_state:
-        return {}, {"": strategy_state}
-    values = strategy_state._asdict()
-    private = {name: values[name] for name in strategy.private_state}
-    return private, {name: value for name, value in values.items() if name not in private}
+def gathered_bytes(state: State, part: Partition) -> tuple[int, int]:
+    """Bytes crossing devices ``(every generation, once at the end of a call)`` besides the fitnesses, for a split
+    update: the slices of the mean and of the shared per-coordinate leaves, the norms' block sums and the
+    finite flag; the slices of the private leaves and of the best params (``join``)."""
+    dim = part.dim
 
-
-def _merge(strategy: Strategy, template, private: dict, shared: dict):
-    if not strategy.private_state:
-        return shared[""]
-    return type(template)(**private, **shared)
-
-
-def gathered_bytes(strategy: Strategy, state: State, part: Partition) -> tuple[int, int]:
-    """Bytes crossing devices ``(every generation, once at the end of a call)`` besides the fitnesses: the
-    slices of the mean and of the shared per-coordinate leaves, the norms' block sums and the finite flag
-    (``update``); the slices of the private leaves and of the best params (``join``)."""
-
-    def itemsizes(tree) -> int:
+    def itemsizes(which: str) -> int:
         found = []
-        map_coordinates(lambda flat: found.append(flat.dtype.itemsize) or flat, tree, state.params)
+        map_declared(lambda leaf: found.append(leaf.dtype.itemsize) or leaf, state.strategy_state, dim, which)
         return sum(found)
 
-    private, shared = _fields(strategy, state.strategy_state)
     params = ravel_pytree(state.params)[0].dtype.itemsize
     best = ravel_pytree(state.best_params)[0].dtype.itemsize
     n, size = part.num_devices, part.size
     norms = 4 * n * (NORM_VECTORS * part.blocks_per_slice + 1)
-    return n * size * (params + itemsizes(shared)) + norms, n * size * (itemsizes(private) + best)
+    return n * size * (params + itemsizes("shared")) + norms, n * size * (itemsizes("private") + best)
 
 
-# --------------------------------------------------------------------------- the carry
+# --------------------------------------------------------------------------- the carry of a split run
 
 
-def run_split(strategy: Strategy, state: State, part: Partition, axis, run: Callable, batched: bool = False,
-              gather: bool = True):
+def run_split(state: State, part: Partition, axis, run: Callable, batched: bool = False, gather: bool = True):
     """``run(carry) -> (carry, metrics)`` (the scan of generations) on this device's carry.
 
     ``split`` first, ``join`` after unless ``gather`` is false; ``batched``:
     ``state`` holds several runs along a leading axis (``es.evolve_many``).
     """
+    if not part.split:
+        return run(state)
     device = jax.lax.axis_index(axis)
 
     def to_carry(one):
-        return split(strategy, one, part, device)
+        return split(one, part, device)
 
     def from_carry(carry, one):
-        return join(strategy, carry, one, part, axis)
+        return join(carry, one, part, axis)
 
     if batched:
         to_carry, from_carry = jax.vmap(to_carry), jax.vmap(from_carry)
@@ -144,106 +114,93 @@ def run_split(strategy: Strategy, state: State, part: Partition, axis, run: Call
     return (from_carry(carry, state) if gather else carry), metrics
 
 
-def split(strategy: Strategy, state: State, part: Partition, device: jax.Array) -> State:
+def split(state: State, part: Partition, device: jax.Array) -> State:
     """The carry of ``device`` from a replicated ``state``: its slices of the private fields and best params."""
-    start = part.start(device)
-
     def cut(flat):
-        return jax.lax.dynamic_slice(flat, (start,), (part.size,))
+        return jax.lax.dynamic_slice(flat, (part.start(device),), (part.size,))
 
-    private, shared = _fields(strategy, state.strategy_state)
-    private = {name: map_coordinates(cut, value, state.params) for name, value in private.items()}
-    return state._replace(strategy_state=_merge(strategy, state.strategy_state, private, shared),
+    return state._replace(strategy_state=map_declared(cut, state.strategy_state, part.dim, "private"),
                           best_params=cut(ravel_pytree(state.best_params)[0]))
 
 
-def join(strategy: Strategy, carry: State, template: State, part: Partition, axis) -> State:
+def join(carry: State, template: State, part: Partition, axis) -> State:
     """The replicated ``State`` from the carry: private fields and best params all-gathered (``template``: the
     state ``split`` was given, for the shapes)."""
-
     def whole(flat):
         return part.assemble(jax.lax.all_gather(flat, axis, tiled=True))
 
-    private, shared = _fields(strategy, carry.strategy_state)
-    private_template, _ = _fields(strategy, template.strategy_state)
-    private = {name: unmap_coordinates(map_coordinates(whole, value, carry.best_params), private_template[name],
-                                       template.params) for name, value in private.items()}
+    private = map_declared(whole, carry.strategy_state, part.size, "private")
     best = ravel_pytree(template.best_params)[1](whole(carry.best_params))
-    return carry._replace(strategy_state=_merge(strategy, carry.strategy_state, private, shared), best_params=best)
+    return carry._replace(strategy_state=private, best_params=best)
 
 
 # --------------------------------------------------------------------------- one generation's update
 
 
-def update(strategy: Strategy, part: Partition, axis, members: population.Generation, state: State,
-           coefficients, sums, any_valid: jax.Array, track_best: Callable):
-    """Step 5 and the best member of a generation, for a coordinatewise strategy, on this device's slice.
+def apply(strategy: Strategy, hp, part: Partition, axis, members: Generation, state: State, coefficients, sums,
+          fitness: jax.Array, valid: jax.Array, ranked: jax.Array) -> Updated:
+    """The strategy's update on this device's part of the coordinates, the norms and the best member.
 
-    With ``part.split`` the carry (``split``) holds this device's slices of
-    the private state and best params, ``sums`` are the slice's, and the new
-    slices of the mean and shared state are all-gathered. Otherwise (one
-    device, ``exchange="fitness"``, or too few params to split) it is the
-    same code on all ``D`` coordinates of a replicated state, with no
-    collective: every mesh and mode then runs the strategy's arithmetic
-    compiled apart (``es.coordinates.apart``), since XLA fuses multiplies
-    into adds (FMA) as its fusions allow, and the bits would otherwise
-    follow the surrounding program.
-    ``track_best(member_params)`` is the engine's best-member update, given a
-    function from a member's index to its params (here: its slice of them).
-
-    Returns ``(params, strategy_state, (best_params, best_fitness), norms)``
-    as the next carry holds them, with ``norms`` the metrics ``grad_norm``,
-    ``update_norm`` and ``params_norm``.
+    ``fitness`` are the generation's values (what the best member reports),
+    ``ranked`` the same shifted to full precision (what picks the best), and
+    ``valid`` whether each is finite. A generation without a valid member, or
+    whose update is not finite anywhere, keeps the previous mean and state.
     """
-    sliced = part.split
-    device = jax.lax.axis_index(axis) if sliced else 0
-    start, size = part.start(device), part.size
+    split_run = part.split
+    device = jax.lax.axis_index(axis) if split_run else 0
+    start, size, dim = part.start(device), part.size, part.dim
     flat, unravel = ravel_pytree(state.params)
 
     def cut(vector):
-        return jax.lax.dynamic_slice(vector, (start,), (size,)) if sliced else vector
+        return jax.lax.dynamic_slice(vector, (start,), (size,)) if split_run else vector
 
     def whole(vector):
-        return part.assemble(jax.lax.all_gather(vector, axis, tiled=True)) if sliced else vector
+        return part.assemble(jax.lax.all_gather(vector, axis, tiled=True)) if split_run else vector
 
-    # The slice's state: per-coordinate leaves as flat vectors of the slice (the private ones are already).
-    private, shared = _fields(strategy, state.strategy_state)
-    if not sliced:
-        private = {name: map_coordinates(cut, value, state.params) for name, value in private.items()}
-    shared_slices = {name: map_coordinates(cut, value, state.params) for name, value in shared.items()}
-    old_params = cut(flat)
-    view = _merge(strategy, state.strategy_state, private, shared_slices)
-    new_params, new_view, vectors = coordinates.apart(
-        strategy.for_slice(part.dim).update, state._replace(params=old_params, strategy_state=view), coefficients,
-        sums)
+    # The part's view: the mean and the declared per-coordinate leaves (the private ones a split carry holds cut).
+    view = map_declared(cut, state.strategy_state, dim, "shared" if split_run else "all")
+    old_mean = cut(flat)
+    step = partition.apart(strategy.update, hp, view, old_mean.astype(members.dtype), coefficients, sums,
+                           state.generation)
+    new_mean = step.mean.astype(flat.dtype)
 
-    # Finite everywhere, on every device (each checks its slice): the update is kept or dropped as a whole.
-    finite = coordinates.all_finite((new_params, new_view))
-    normed = [ravel_pytree(v)[0] for v in (vectors["grad_norm"], vectors["update_norm"], new_params, old_params)]
-    if sliced:
-        block_sums = [part.owned_block_sums(device, v) for v in normed]
+    # Finite everywhere, on every device (each checks its part): the update is kept or dropped as a whole.
+    finite = partition.all_finite((new_mean, step.state))
+    vectors = [step.direction, step.change, new_mean, old_mean]
+    if split_run:
+        block_sums = [part.owned_block_sums(device, v) for v in vectors]
         gathered = jax.lax.all_gather(jnp.concatenate([*block_sums, finite[None].astype(jnp.float32)]), axis)
         finite = jnp.all(gathered[:, -1] > 0)
         width = part.blocks_per_slice
         block_sums = [gathered[:, k * width:(k + 1) * width].reshape(-1) for k in range(NORM_VECTORS)]
     else:
-        block_sums = [coordinates.block_square_sums(v) for v in normed]
-    grad, step, new_norm, old_norm = (coordinates.norm_from_block_sums(b, part.dim) for b in block_sums)
-    keep = jnp.logical_and(any_valid, finite)
-    norms = {"grad_norm": grad, "update_norm": step, "params_norm": jnp.where(keep, new_norm, old_norm)}
-    new_params, new_view = jax.tree.map(lambda a, b: jnp.where(keep, a, b), (new_params, new_view),
-                                        (old_params, view))
+        block_sums = [partition.block_square_sums(v) for v in vectors]
+    direction, change, new_norm, old_norm = (partition.norm_from_block_sums(b, dim) for b in block_sums)
+    keep = jnp.logical_and(jnp.any(valid), finite)
+    new_mean, new_view = jax.tree.map(lambda a, b: jnp.where(keep, a, b), (new_mean, step.state), (old_mean, view))
+    norms = {"grad_norm": direction, "update_norm": change, "params_norm": jnp.where(keep, new_norm, old_norm)}
 
-    # The best member so far (this device's slice of it).
-    unravel_best = ravel_pytree(state.best_params)[1] if not sliced else (lambda x: x)
-    best = track_best(lambda member: unravel_best(members.member_coordinates(member, start, size)))
+    # The best member so far (this device's part of it).
+    unravel_best = (lambda x: x) if split_run else ravel_pytree(state.best_params)[1]
+    best_params, best_fitness = track_best(strategy.maximize, state, fitness, valid, ranked,
+                                           lambda member: unravel_best(members.member_coordinates(member, start, size)))
 
-    # The next generation evaluates with the whole mean and the shared state: gather their slices.
-    new_private, new_shared = _fields(strategy, new_view)
-    new_shared = {name: unmap_coordinates(map_coordinates(whole, value, old_params), shared[name], state.params)
-                  for name, value in new_shared.items()}
-    if not sliced:
-        templates, _ = _fields(strategy, state.strategy_state)
-        new_private = {name: unmap_coordinates(value, templates[name], state.params)
-                       for name, value in new_private.items()}
-    return unravel(whole(new_params)), _merge(strategy, state.strategy_state, new_private, new_shared), best, norms
+    # The next generation evaluates with the whole mean and shared state: gather their new slices.
+    strategy_state = map_declared(whole, new_view, size, "shared") if split_run else new_view
+    return Updated(unravel(whole(new_mean)), strategy_state, best_params, best_fitness, norms)
+
+
+def track_best(maximize: bool, state: State, fitness, valid, ranked, member_params: Callable):
+    """The best member so far: rebuilt from its key (``member_params(index)``) when this generation beats it.
+
+    The generation's best is picked by ``ranked`` (full precision); it
+    replaces the previous best when its value is strictly better.
+    """
+    better = ranked if maximize else -ranked
+    best = jnp.argmax(jnp.where(valid, better, -jnp.inf))
+    value = fitness[best]
+    previous = state.best_fitness
+    improved = jnp.logical_and(valid[best], value > previous if maximize else value < previous)
+    candidate = member_params(best.astype(jnp.int32))
+    best_params = jax.tree.map(lambda new, old: jnp.where(improved, new, old), candidate, state.best_params)
+    return best_params, jnp.where(improved, value, previous)

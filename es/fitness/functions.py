@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 
 from es import validation
-from es.engine import members as population
 from es.engine.batching import default_eval_batch_size
-from es.host.pool import HostFitness
+from es.engine.members import EVAL_KEY_SHARING
+from es.fitness.contract import Fitness, Fitnesses, fitness_dtype
 
 PyTree = Any
 
@@ -87,22 +87,15 @@ class CommonRandomNumbers(NamedTuple):
 
 def check_shared_by(owner: str, shared_by, name: str = "shared_by") -> str:
     """``shared_by`` if it names who shares a key under common random numbers (``"generation"`` or ``"pair"``)."""
-    return validation.check_choice(owner, name, shared_by, list(population.EVAL_KEY_SHARING[1:]))
+    return validation.check_choice(owner, name, shared_by, list(EVAL_KEY_SHARING[1:]))
 
 
 class SharedKeys:
-    """The adapter of a ``CommonRandomNumbers``: the wrapped fitness's adapter, evaluated with shared keys.
+    """The adapter of a ``CommonRandomNumbers``: the wrapped fitness's adapter, evaluated with shared keys."""
 
-    Everything but ``evaluate`` is the wrapped adapter's (``__getattr__``).
-    """
-
-    def __init__(self, inner, shared_by: str):
+    def __init__(self, inner: Fitness, shared_by: str):
         self.inner, self.shared_by = inner, shared_by
-
-    def __getattr__(self, name: str):  # only for names SharedKeys lacks; "inner" itself only before __init__
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+        self.on_host, self.stateful = inner.on_host, inner.stateful
 
     def __hash__(self) -> int:
         return hash((SharedKeys, self.inner, self.shared_by))
@@ -110,24 +103,38 @@ class SharedKeys:
     def __eq__(self, other) -> bool:
         return isinstance(other, SharedKeys) and (self.inner, self.shared_by) == (other.inner, other.shared_by)
 
-    def evaluate(self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool):
+    def initial_state(self) -> PyTree:
+        return self.inner.initial_state()
+
+    def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+        return self.inner.update(fitness_state, stats)
+
+    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
+        self.inner.check(params, key, fitness_state)
+
+    def default_eval_batch_size(self, popsize: int, antithetic: bool, dim: int) -> int:
+        return self.inner.default_eval_batch_size(popsize, antithetic, dim)
+
+    def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool, shared_by: str = "member"):
+        del shared_by  # ours
         return self.inner.evaluate(members, chunk, fitness_state, pairs, self.shared_by)
 
+    def dispatch(self, call: Callable[[], Any], state: Any) -> Any:
+        return self.inner.dispatch(call, state)
 
-def adapter(fitness_fn, where: str = "fitness_fn"):
-    """The engine's adapter for what the user passed as the fitness.
+    def close(self) -> None:
+        self.inner.close()
 
-    ``es.HostFitness`` is its own adapter; a JAX fitness function or an
-    ``es.StatefulFitness`` is wrapped in a ``FitnessRef``. Every adapter has
-    ``stateful``, ``init``/``update`` (stateful ones), ``initial_state()``,
-    ``check(params, key, fitness_state)``, ``default_eval_batch_size(strategy,
-    dim)``, ``evaluate(members, chunk, fitness_state, pairs, shared_by)``
-    (traced), ``dispatch(call, state)`` (runs a compiled call on the host),
-    ``close()``, ``on_host`` (whether it runs outside JAX) and ``shared_by``
-    (who shares an evaluation key). ``es.CommonRandomNumbers`` gives its
-    fitness's adapter with shared keys (``SharedKeys``).
+
+def adapter(fitness_fn, where: str = "fitness_fn") -> Fitness:
+    """The engine's adapter (an ``es.fitness.Fitness``) for what the user passed as the fitness.
+
+    An adapter (``es.HostFitness`` is its own) is returned as it is; a JAX
+    fitness function or an ``es.StatefulFitness`` is wrapped in a
+    ``JaxFitness``; ``es.CommonRandomNumbers`` gives its fitness's adapter
+    with shared keys (``SharedKeys``).
     """
-    if isinstance(fitness_fn, (HostFitness, FitnessRef, SharedKeys)):
+    if isinstance(fitness_fn, Fitness):
         return fitness_fn
     if isinstance(fitness_fn, CommonRandomNumbers):
         check_shared_by("es.CommonRandomNumbers", fitness_fn.shared_by)
@@ -139,16 +146,20 @@ def adapter(fitness_fn, where: str = "fitness_fn"):
             f"{where} must be callable as fitness_fn(params, key) -> scalar, an es.StatefulFitness or an "
             f"es.HostFitness, got {type(fitness_fn).__name__}."
         )
-    return FitnessRef(fitness_fn)
+    return JaxFitness(fitness_fn)
 
 
-class FitnessRef:
-    """Hashable handle on a user fitness function, usable as a jit static argument.
+class JaxFitness:
+    """The adapter of a JAX fitness function or ``es.StatefulFitness``: traced into the generation.
 
-    Two handles are equal when they wrap the same function (bound methods of
-    the same object count as the same), whether or not the function itself is
-    hashable, so repeated ``evolve`` calls reuse one compilation.
+    Hashable (a static argument of ``jax.jit``): two adapters are equal when
+    they wrap the same function (bound methods of the same object count as
+    the same), whether or not the function itself is hashable, so repeated
+    ``evolve`` calls reuse one compilation.
     """
+
+    on_host = False
+    shared_by = "member"  # each member its own evaluation key (CommonRandomNumbers shares them)
 
     def __init__(self, fn: Callable):
         self.fn = fn
@@ -164,17 +175,11 @@ class FitnessRef:
                 self._key = ("id", id(fn))
         self.stateful = isinstance(fn, StatefulFitness)
 
-    on_host = False  # a JAX function, traced into the generation
-    shared_by = "member"  # each member its own evaluation key (CommonRandomNumbers shares them)
-
     def __hash__(self) -> int:
         return hash(self._key)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, FitnessRef) and self._key == other._key
-
-    def init(self) -> PyTree:
-        return self.fn.init()
+        return isinstance(other, JaxFitness) and self._key == other._key
 
     def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
         return self.fn.update(fitness_state, stats)
@@ -187,8 +192,8 @@ class FitnessRef:
         check_fitness_output(self.fn, params, key, fitness_state)
 
     @staticmethod
-    def default_eval_batch_size(strategy, dim: int) -> int:
-        return default_eval_batch_size(strategy.popsize, dim, strategy.antithetic)
+    def default_eval_batch_size(popsize: int, antithetic: bool, dim: int) -> int:
+        return default_eval_batch_size(popsize, dim, antithetic)
 
     @staticmethod
     def dispatch(call: Callable[[], Any], state: Any) -> Any:
@@ -201,48 +206,49 @@ class FitnessRef:
         """Nothing to release."""
 
     def evaluate_one(self, params: PyTree, key: jax.Array, fitness_state: PyTree):
-        """``(fitness float32[], stats)`` of one member."""
+        """``(fitness, stats)`` of one member, the fitness in the fitness dtype."""
         if self.stateful:
             fitness, stats = self.fn.evaluate(params, key, fitness_state)
         else:
             fitness, stats = self.fn(params, key), ()
-        return jnp.asarray(fitness, jnp.float32), stats
+        return jnp.asarray(fitness, fitness_dtype()), stats
 
-    def evaluate(
-        self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool,
-        shared_by: str = "member",
-    ):
-        """``(fitness float32[len(chunk)], stats)`` of the members ``chunk``, by one vmapped call."""
+    def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool, shared_by: str = "member"):
+        """``(Fitnesses, stats)`` of the members ``chunk``, by one vmapped call (exact: no residual)."""
         params, params_axes = members.fitness_inputs(chunk, pairs)
         keys = members.eval_keys(chunk, shared_by)
         with jax.named_scope("es_fitness"):
-            return jax.vmap(self.evaluate_one, in_axes=(params_axes, 0, None))(params, keys, fitness_state)
+            values, stats = jax.vmap(self.evaluate_one, in_axes=(params_axes, 0, None))(params, keys, fitness_state)
+        return Fitnesses(values), stats
 
 
 class GivenFitness:
-    """A fitness adapter whose values are given: evaluation reads them instead of calling a function.
+    """Fitnesses that are given: evaluation reads them instead of calling a function.
 
-    ``es.tell`` gives the whole population's fitnesses (``first=0``), so the
-    engine runs the same generation step as ``es.evolve`` without building
+    ``es.tell`` gives the whole population's ``Fitnesses`` (``first=0``), so
+    the engine runs the same generation step as ``es.evolve`` without building
     the member params. ``es.evolve_many`` gives, for one run, this device's
     share (members ``first, first + 1, ...``), evaluated together with every
-    other run's, with their per-member ``stats`` and the ``StatefulFitness``
-    ``fn`` that folds them into the state. Holds traced arrays, so it lives
-    only inside a compiled function.
+    other run's, with their per-member ``stats`` and the adapter whose
+    ``update`` folds them into the state. Holds traced arrays, so it lives
+    only inside a compiled function (it is not an ``adapter`` result).
     """
 
-    def __init__(self, values: jax.Array, stats: PyTree = (), first: jax.Array | int = 0, fn: Callable | None = None):
-        self.values, self.stats, self.first, self.fn = values, stats, first, fn
-        self.stateful = isinstance(fn, StatefulFitness)
+    on_host = False
+    shared_by = "member"
+
+    def __init__(self, values: Fitnesses, stats: PyTree = (), first: jax.Array | int = 0, fitness: Any = None):
+        self.values, self.stats, self.first, self.fitness = values, stats, first, fitness
+        self.stateful = fitness is not None and fitness.stateful
 
     def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool, shared_by: str = "member"):
         del members, fitness_state, pairs, shared_by
         index = chunk - self.first
-        return self.values[index], jax.tree.map(lambda s: s[index], self.stats)
+        return jax.tree.map(lambda v: v[index], self.values), jax.tree.map(lambda s: s[index], self.stats)
 
     def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
-        """The ``StatefulFitness``'s update of its state with this generation's stats (stateful only)."""
-        return self.fn.update(fitness_state, stats)
+        """The fitness's update of its state with this generation's stats (stateful only)."""
+        return self.fitness.update(fitness_state, stats)
 
 
 def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):

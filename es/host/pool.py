@@ -62,6 +62,7 @@ from es import validation
 from es.parallel import distributed
 from es.host import pickled_code
 from es.engine import members as population
+from es.fitness.contract import Fitnesses, fitness_dtype, from_host
 
 PyTree = Any
 
@@ -213,16 +214,19 @@ class HostFitness:
         if difference is not None:
             raise TypeError(f"es.HostFitness(update=...) must return a state like init()'s: {difference}.")
 
-    def default_eval_batch_size(self, strategy, dim: int) -> int:
+    def default_eval_batch_size(self, popsize: int, antithetic: bool, dim: int) -> int:
         """The whole population: each device evaluates its whole share in one batch (``map_chunks`` clamps)."""
-        del dim
-        return strategy.popsize
+        del antithetic, dim
+        return popsize
 
     def evaluate(
         self, members: population.Generation, chunk: jax.Array, fitness_state: PyTree, pairs: bool,
         shared_by: str = "member",
     ):
-        """``(fitness float32[len(chunk)], stats)`` of the members ``chunk``, by one host callback.
+        """``(Fitnesses, stats)`` of the members ``chunk``, by one host callback.
+
+        ``fn``'s values keep float64's precision: the callback returns them
+        rounded to the fitness dtype and the residual (``es.fitness.from_host``).
 
         Members are built one by one (``pairs`` ignored): whether a device's
         share holds whole antithetic pairs depends on the mesh, and building a
@@ -235,8 +239,9 @@ class HostFitness:
         keys = members.eval_keys(chunk, shared_by)
         seeds = jax.vmap(member_seed)(keys)
         n = chunk.shape[0]
+        values = jax.ShapeDtypeStruct((n,), fitness_dtype())
         shapes = (
-            jax.ShapeDtypeStruct((n,), jnp.float32),
+            Fitnesses(values, values),
             jax.tree.map(lambda s: jax.ShapeDtypeStruct((n, *s.shape), s.dtype), self.stats),
         )
         state = fitness_state if self.stateful else None
@@ -383,11 +388,11 @@ class _Pool:
     # ------------------------------------------------------- on XLA's threads
 
     def evaluate(self, generation, members, seeds, params, fitness_state):
-        """The host callback: ``(fitness float32[n], stats)`` of ``n`` members; NaN for all after a failure."""
+        """The host callback: ``(Fitnesses, stats)`` of ``n`` members; NaN for all after a failure."""
         members, seeds = np.asarray(members), np.asarray(seeds)
         params, fitness_state = jax.tree.map(np.asarray, (params, fitness_state))  # (XLA passes jax Arrays)
         n = len(members)
-        fitness = np.full((n,), np.nan, np.float32)
+        fitness = np.full((n,), np.nan, np.float64)
         stats = None
         futures = []
         try:
@@ -411,7 +416,11 @@ class _Pool:
                 future.cancel()  # running ones: pebble stops their worker
         if stats is None:
             stats = self._zero_stats(n)
-        return fitness, stats
+        try:
+            return from_host(fitness, f"es.HostFitness in generation {int(generation)}"), stats
+        except ValueError as error:
+            self.fail(str(error))
+            return from_host(np.full((n,), np.nan), "es.HostFitness"), stats
 
     def _collect(self, futures, generation, members, seeds) -> list:
         pending = set(futures)
@@ -427,7 +436,7 @@ class _Pool:
         return [future.result() for future in futures]
 
     def _unpack(self, results, generation, members, seeds):
-        fitness = np.empty((len(results),), np.float32)
+        fitness = np.empty((len(results),), np.float64)
         stats = []
         for i, result in enumerate(results):
             where = f"generation {generation}, member {int(members[i])} (seed {int(seeds[i])})"

@@ -16,11 +16,14 @@ from typing import Callable, NamedTuple
 import jax
 from jax.sharding import Mesh
 
-from es.engine import generation as engine
-from es.engine import update as sharded_update
+from es.engine import evolution as engine_evolve
+from es.engine import execution as engine_execution
+from es.engine import update as engine_update
+from es.engine.generation import evaluates_pairs
 from es.engine.partition import BLOCK, Partition
 from es.parallel.distributed import replicate
-from es.fitness.functions import adapter
+from es.fitness import adapter
+from es.parallel.mesh import resolve_mesh
 from es.noise.layout import Layout
 from es.strategies.base import State, Strategy
 
@@ -134,10 +137,10 @@ def parse_collectives(hlo_text: str) -> tuple[Collective, ...]:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _one_generation(strategy, fitness, mesh, execution, state):
+def _one_generation(program, fitness, mesh, execution, hp, state):
     # gather=False: without the all-gathers of the private state that end an evolve call (not one per generation)
-    run = functools.partial(engine.run_generations, strategy, fitness, mesh, execution, 1, gather=False)
-    return engine.shard_replicated(run, mesh)(state)
+    run = functools.partial(engine_evolve.run_generations, program, fitness, mesh, execution, 1, gather=False)
+    return engine_evolve.shard_replicated(run, mesh)(hp, state)
 
 
 def compiled_generation_hlo(
@@ -147,9 +150,10 @@ def compiled_generation_hlo(
 
     ``execution``: ``exchange``, ``eval_batch_size``, ``update_batch_size`` as for ``es.evolve``.
     """
-    mesh, resolved = engine.check_evolve_args(strategy, fitness_fn, state, 1, mesh, **execution)
+    mesh, resolved = engine_execution.check_evolve_args(strategy, fitness_fn, state, 1, mesh, **execution)
     state = replicate(state, mesh)
-    lowered = _one_generation.lower(strategy, adapter(fitness_fn), mesh, resolved, state)
+    hp = strategy.hyperparameters(Layout.of(state.params).dim)
+    lowered = _one_generation.lower(strategy.program(), adapter(fitness_fn), mesh, resolved, hp, state)
     return lowered.compile().as_text()
 
 
@@ -172,7 +176,7 @@ def collectives_report(
     On a one-device mesh XLA removes every collective, so the report is empty.
     """
     hlo = compiled_generation_hlo(strategy, fitness_fn, state, mesh, **execution)
-    return CollectivesReport(engine.resolve_mesh(mesh).size, parse_collectives(hlo))
+    return CollectivesReport(resolve_mesh(mesh).size, parse_collectives(hlo))
 
 
 # --------------------------------------------------------------------------- what each exchange mode costs
@@ -270,24 +274,24 @@ def exchange_report(
 
     docs/scaling.md explains the trade-off and has measured timings.
     """
-    mesh = engine.resolve_mesh(mesh)
+    mesh = resolve_mesh(mesh)
     n, popsize = mesh.size, strategy.popsize
     layout = Layout.of(state.params)
     dim, noise = layout.dim, strategy.noise
     draw = noise.draw_size(layout)
     vectors = popsize // 2 if strategy.antithetic else popsize
-    resolved = engine.resolve_execution(strategy, layout, "fitness", execution.get("eval_batch_size"),
+    resolved = engine_execution.resolve_execution(strategy, layout, "fitness", execution.get("eval_batch_size"),
                                         execution.get("update_batch_size"), n)
     local = popsize // n
-    pairs = engine.evaluates_pairs(strategy, local, resolved.eval_batch_size)
+    pairs = evaluates_pairs(strategy, local, resolved.eval_batch_size)
     eval_floats = (local // 2 if pairs and not noise.factored else local) * draw
-    sums = 2 if strategy.uses_squares else 1
-    coordinatewise = sharded_update.applies(strategy, dim)
+    sums = 2 if _uses_squares(strategy, state) else 1
+    coordinatewise = strategy.coordinatewise and noise.sliceable
     part = Partition(dim, n, BLOCK if coordinatewise else 1)
     size = part.size
     sharded_bytes, per_call = 0, 0
     if part.split and coordinatewise:  # the new slices, not the sums (es/engine/update.py)
-        sharded_bytes, per_call = sharded_update.gathered_bytes(strategy, state, part)
+        sharded_bytes, per_call = engine_update.gathered_bytes(state, part)
     elif part.split:
         sharded_bytes = 4 * sums * n * size
     modes = {
@@ -306,6 +310,13 @@ def exchange_report(
         if measure:
             measured = collectives_report(strategy, fitness_fn, state, mesh, exchange=mode, **execution).total_bytes
         costs.append(ExchangeCost(mode, bytes_, measured, eval_floats, update_floats, identical, call_bytes))
-    auto = engine.resolve_exchange(strategy, layout, n)
+    auto = engine_execution.resolve_exchange(strategy, layout, n)
     updated = size if part.split and coordinatewise else dim
     return ExchangeReport(n, popsize, dim, auto, tuple(costs), updated)
+
+
+def _uses_squares(strategy: Strategy, state: State) -> bool:
+    """Whether the strategy's coefficients ask for ``Sums.square`` (what the sharded sums gather twice)."""
+    hp = strategy.hyperparameters(Layout.of(state.params).dim)
+    fitness = jax.ShapeDtypeStruct((strategy.popsize,), jax.numpy.result_type(float))
+    return jax.eval_shape(lambda f: strategy.coefficients(hp, state.strategy_state, f), fitness).square is not None

@@ -51,12 +51,12 @@ from es.runs.checkpoint import (
     state_digest, to_numpy,
 )
 from es.parallel.distributed import is_writer
-from es.engine.generation import check_evolve_args, evolve_checked
-from es.fitness.functions import adapter
+from es.engine import check_evolve_args, evolve_checked
+from es.fitness import adapter
 from es.runs.metrics_log import MetricsLog
 from es.strategies.base import State, Strategy
 from es import validation
-from es.engine.sweep import check_evolve_many_args, evolve_many_checked
+from es.engine import check_evolve_many_args, evolve_many_checked
 
 LOG_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"

@@ -18,20 +18,26 @@ statistics: pass a fitness that does, such as the env tasks'
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
 
-from es.noise import sources as noise_lib
 from es import validation
+from es.noise import GaussianNoise, NoiseSource
 from es.strategies import shaping
-from es.strategies.base import Coefficients, State, Strategy, Sums
+from es.strategies.base import Coefficients, Step, Strategy, Sums
 
 
 class ARSState(NamedTuple):
     """ARS keeps no state besides the mean (an empty tuple)."""
+
+
+class ARSHyperparameters(NamedTuple):
+    """The traced hyperparameters: ``nu`` and ``alpha``."""
+
+    sigma: float
+    learning_rate: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +59,7 @@ class ARS(Strategy):
     top_k: int | None = None
     learning_rate: float = 0.02
     maximize: bool = True
-    noise: noise_lib.NoiseSource = noise_lib.GaussianNoise()
+    noise: NoiseSource = GaussianNoise()
 
     antithetic: ClassVar[bool] = True
     coordinatewise = True
@@ -73,15 +79,18 @@ class ARS(Strategy):
     def num_directions(self) -> int:
         return self.popsize // 2
 
+    def hyperparameters(self, dim: int) -> ARSHyperparameters:
+        return ARSHyperparameters(self.sigma, self.learning_rate)
+
     # ---------------------------------------------------------------- the maths
 
-    def initial_state(self, params: Any) -> ARSState:
+    def initial_state(self, hp, mean: jax.Array) -> ARSState:
         return ARSState()
 
-    def scale(self, strategy_state: ARSState, generation: jax.Array) -> jax.Array:
-        return jnp.asarray(self.sigma, jnp.float32)
+    def scale(self, hp: ARSHyperparameters, state: ARSState, generation: jax.Array) -> jax.Array:
+        return jnp.asarray(hp.sigma, jnp.result_type(float))
 
-    def coefficients(self, strategy_state: ARSState, fitness: jax.Array) -> Coefficients:
+    def coefficients(self, hp, state: ARSState, fitness: jax.Array) -> Coefficients:
         returns, _ = shaping.sanitize(fitness, self.maximize)
         plus, minus = returns[0::2], returns[1::2]
         b = self.top_k or self.num_directions
@@ -91,8 +100,7 @@ class ARS(Strategy):
         half = jnp.where(sigma_r > 0, kept * (plus - minus) / (2 * b * jnp.where(sigma_r > 0, sigma_r, 1.0)), 0.0)
         return Coefficients(linear=jnp.stack([half, -half], axis=1).reshape(-1))
 
-    def update(self, state: State, coefficients: Coefficients, sums: Sums):
-        flat, unravel = ravel_pytree(state.params)
-        step = self.learning_rate * sums.linear
-        params = unravel((flat.astype(jnp.float32) + step).astype(flat.dtype))
-        return params, ARSState(), {"grad_norm": sums.linear, "update_norm": step}
+    def update(self, hp: ARSHyperparameters, state: ARSState, mean: jax.Array, coefficients: Coefficients,
+               sums: Sums, generation: jax.Array) -> Step:
+        step = hp.learning_rate * sums.linear
+        return Step(mean + step, ARSState(), sums.linear, step)

@@ -1,33 +1,43 @@
-"""The strategy interface: what a strategy computes, and the state the engine carries.
+"""The strategy contract: what a strategy's author writes, and the state the engine carries.
 
-A strategy is an immutable description of a search distribution and its
-update (a frozen, hashable dataclass: static under ``jax.jit``), written as
-four pure functions over its own NamedTuple state, in the style of optax::
+A strategy is, as in evosax, static configuration apart from traced hyperparameters, and, as in optax,
+pure functions over its own NamedTuple state:
 
-    initial_state(params)                -> strategy_state
-    scale(strategy_state, generation)    -> float32[] or float32[D]
-    coefficients(strategy_state, fitness)-> Coefficients(linear f32[P], square f32[P] | None)
-    update(state, coefficients, sums)    -> (params, strategy_state, {"grad_norm": g, "update_norm": u})
+- **static configuration**: a frozen dataclass whose fields are the constructor's arguments (``popsize``,
+  ``antithetic``, ``maximize``, ``noise`` and the strategy's own settings). It is hashable: a static
+  argument of ``jax.jit``. Whatever shapes the compiled program (PGPE's ``sigma_learning_rate == 0``,
+  SNES's ``temperature is None``) is decided here, in Python.
+- **hyperparameters**: ``hyperparameters(dim)`` returns a NamedTuple of numbers (``sigma``, learning
+  rates, a temperature), resolved for ``dim`` parameters. They enter the compiled program as traced
+  values: ``es.evolve_many`` ``vmap``s over them and a new value does not recompile. Every ``float``
+  field of the dataclass is one; the maths read them from ``hp``, never from ``self`` (in the compiled
+  program ``self.sigma`` is a placeholder that refuses arithmetic: ``Strategy.program``).
+- **its state**: a NamedTuple. A field annotated ``PerCoordinate[...]`` holds one value per parameter in
+  each ``float[D]`` leaf; a field annotated ``Private[...]`` is read by ``update`` only (an optimizer's
+  moments), so a device that updates a slice of the coordinates keeps only its slice of it.
 
-``g`` and ``u`` are the ascent direction for the mean and the change made to
-it (float32[D] vectors, or pytrees like the params), whose norms the engine
-takes in an order that does not depend on the mesh (``es.coordinates.norm``);
-a strategy may instead return the norms (scalars) itself.
+and four pure functions on flat vectors (``D`` coordinates, or a slice of ``S`` of them)::
 
-Every strategy here keeps a diagonal (or isotropic) Gaussian around the mean
-``params``. Member ``i`` is ``params + scale * s_i * eps_i`` with ``eps_i`` a
-unit noise vector rebuilt from shared keys (``s_i = -1`` for the second member
-of an antithetic pair, else ``+1``). After the fitnesses are exchanged the
-strategy turns them into per-member coefficients ``a_i`` and ``b_i``, and the
-engine rebuilds, in chunks and without ever storing the population::
+    initial_state(hp, mean)                                  -> state             mean: float[D]
+    scale(hp, state, generation)                             -> float[] | float[D] | float[D, D]
+    coefficients(hp, state, fitness)                         -> Coefficients      fitness: float[P]
+    update(hp, state, mean, coefficients, sums, generation)  -> Step(mean, state, direction, change)
 
-    Sums.linear = sum_i a_i * s_i * eps_i        float32[D]
-    Sums.square = sum_i b_i * eps_i**2           float32[D]  (when the strategy asks for it)
+Member ``i`` is ``mean + scale * s_i * eps_i`` (``mean + scale @ (s_i * eps_i)`` for a matrix scale), with
+``eps_i`` a unit noise vector rebuilt from shared keys and ``s_i = -1`` for the second member of an
+antithetic pair. After the fitnesses are exchanged the strategy turns them into per-member coefficients,
+and the engine rebuilds, in chunks and without ever storing the population::
 
-which is all that OpenAI-ES, SNES, PGPE, ARS and sep-CMA-ES need. Everything
-else (keys, noise, ``shard_map``/``scan``, micro-batches, the exchange,
-NaN/inf handling, the best member, ``StatefulFitness``, metrics) is the
-engine's (``es/engine/generation.py``). docs/design.md walks through adding a strategy.
+    Sums.linear = sum_i a_i s_i eps_i           float[D]
+    Sums.square = sum_i b_i eps_i**2            float[D]     when Coefficients.square is given
+    Sums.outer  = sum_i c_i eps_i eps_i^T       float[D, D]  when Coefficients.outer is given
+
+A strategy whose ``update`` works coordinate by coordinate declares ``coordinatewise``: given a slice
+of the mean, of its per-coordinate state and of the sums, it returns those coordinates of the whole
+update, bit for bit, so ``exchange="sharded"`` splits the update over the devices. A strategy may also
+say when it should stop (``stop_conditions``, see ``es.engine.stopping``). Everything else (keys, noise,
+``shard_map``/``scan``, micro-batches, the exchange, NaN/inf, the best member, norms, metrics) is the
+engine's. docs/design.md walks through adding a strategy.
 """
 
 from __future__ import annotations
@@ -35,13 +45,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from typing import Any, Callable, ClassVar, NamedTuple
+import re
+import typing
+from typing import Annotated, Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from es.noise import sources as noise_lib
 from es import validation
+from es.fitness import adapter
+from es.noise import NoiseSource
 
 PyTree = Any
 Schedule = Callable[[jax.Array], jax.Array]
@@ -61,9 +74,12 @@ class State(NamedTuple):
       key: the run key every generation's keys derive from (never changes).
       generation: int32 scalar, generations completed so far.
       best_params: the best member seen so far (same structure as ``params``).
-      best_fitness: float32 scalar, its fitness (``-inf``/``+inf`` before any
-        valid member when maximizing/minimizing).
+      best_fitness: scalar (float32; float64 under ``jax_enable_x64``), its
+        fitness (``-inf``/``+inf`` before any valid member when
+        maximizing/minimizing).
       fitness_state: the ``StatefulFitness`` state, or ``None``.
+      stop_history: the recent generations' fitnesses that the stopping
+        conditions read (``es.engine.stopping.History``).
     """
 
     params: PyTree
@@ -73,82 +89,132 @@ class State(NamedTuple):
     best_params: PyTree
     best_fitness: jax.Array
     fitness_state: PyTree = None
+    stop_history: Any = None
 
 
 class Coefficients(NamedTuple):
-    """Per-member coefficients of the sums the update needs (``float32[popsize]`` each).
+    """Per-member coefficients of the sums the update needs (``float[popsize]`` each, or ``None``).
 
-    ``linear`` weighs ``s_i * eps_i`` and ``square`` weighs ``eps_i**2``;
-    ``square`` is ``None`` for strategies that adapt only the mean.
+    ``linear`` weighs ``s_i * eps_i``, ``square`` weighs ``eps_i**2`` (a
+    per-coordinate variance update) and ``outer`` weighs ``eps_i eps_i^T``
+    (a full covariance update).
     """
 
     linear: jax.Array
     square: jax.Array | None = None
+    outer: jax.Array | None = None
 
 
 class Sums(NamedTuple):
-    """``sum_i a_i s_i eps_i`` and ``sum_i b_i eps_i**2``, float32[D] in ``ravel_pytree`` order."""
+    """``sum_i a_i s_i eps_i``, ``sum_i b_i eps_i**2`` (float[D] in ``ravel_pytree`` order, or a slice) and
+    ``sum_i c_i eps_i eps_i^T`` (float[D, D]); ``None`` where the coefficients are."""
 
     linear: jax.Array
     square: jax.Array | None = None
+    outer: jax.Array | None = None
+
+
+class Step(NamedTuple):
+    """What ``update`` returns: the new mean (float[D] or the slice's), the new strategy state, and the
+    ascent ``direction`` of the mean and the ``change`` made to it (vectors of the mean's length), whose
+    norms the engine reports as ``grad_norm`` and ``update_norm``."""
+
+    mean: jax.Array
+    state: Any
+    direction: jax.Array
+    change: jax.Array
+
+
+# --------------------------------------------------------------------------- what the state declares
+
+_PER_COORDINATE = "es: one value per coordinate in each float[D] leaf"
+_PRIVATE = "es: read by update only; a device updating a slice keeps its slice"
+
+
+class PerCoordinate:
+    """``field: PerCoordinate[jax.Array]`` in a strategy state: every ``float[D]`` leaf of the field holds one
+    value per coordinate (SNES's ``sigma``), so an update on a slice of the coordinates gets that slice."""
+
+    def __class_getitem__(cls, kind):
+        return Annotated[kind, _PER_COORDINATE]
+
+
+class Private:
+    """``field: Private[optax.OptState]`` in a strategy state: only ``update`` reads the field (an optimizer's
+    moments), and its ``float[D]`` leaves hold one value per coordinate. Where ``exchange="sharded"`` splits a
+    coordinatewise update, each device keeps only its slice of them between generations."""
+
+    def __class_getitem__(cls, kind):
+        return Annotated[kind, _PRIVATE]
+
+
+@functools.cache
+def declared_fields(state_type: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(per_coordinate, private)``: the field names of a strategy state NamedTuple annotated ``PerCoordinate``
+    or ``Private`` (a private field's ``float[D]`` leaves are per coordinate too)."""
+    if not hasattr(state_type, "_fields"):
+        return (), ()
+    marked = {}
+    for name, annotation in getattr(state_type, "__annotations__", {}).items():
+        if isinstance(annotation, typing.ForwardRef):
+            annotation = annotation.__forward_arg__
+        if isinstance(annotation, str):  # `from __future__ import annotations`: read the marker, not the rest
+            found = re.match(r"\s*(?:[\w.]+\.)?(PerCoordinate|Private)\[", annotation)
+            marked[name] = ({"PerCoordinate": _PER_COORDINATE, "Private": _PRIVATE}[found.group(1)],) if found else ()
+        else:
+            marked[name] = getattr(annotation, "__metadata__", ())
+    return (tuple(name for name, marks in marked.items() if _PER_COORDINATE in marks),
+            tuple(name for name, marks in marked.items() if _PRIVATE in marks))
+
+
+def added_later(default: Any):
+    """A strategy field added after runs were checkpointed with the strategy: ``default`` means "as before",
+    and ``describe`` leaves the field out while it holds that value, so those checkpoints still resume."""
+    return dataclasses.field(default=default, metadata={"added_later": True})
+
+
+# --------------------------------------------------------------------------- hyperparameters in the program
+
+
+class _Traced:
+    """What a hyperparameter field holds in ``Strategy.program()``: its value is traced, read it from ``hp``."""
+
+    def __repr__(self) -> str:
+        return "<traced>"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Traced)
+
+    def __hash__(self) -> int:
+        return hash(_Traced)
+
+    def _refuse(self, *args):
+        raise TypeError(
+            "a strategy's maths read a hyperparameter from self; in the compiled program every float field "
+            "is traced: read it from the hyperparameters (hp.<name>, from hyperparameters(dim)) instead."
+        )
+
+    __bool__ = __float__ = __array__ = __jax_array__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = __lt__ = __gt__ = __le__ = __ge__ = _refuse
+
+
+TRACED = _Traced()
 
 
 class Strategy:
-    """Base of every strategy: ``init`` and the checks they share.
+    """Base of every strategy: ``init``, ``program``, ``describe`` and the checks they share.
 
     Subclasses are frozen dataclasses that declare all their fields (their
-    signature), call ``check_common`` in ``__post_init__`` and implement the
-    four maths functions above. Class attributes:
-
-    - ``antithetic``: a field or a class constant; members ``2j, 2j+1`` share
-      noise vector ``j`` with signs ``+1, -1``.
-    - ``uses_squares``: whether ``coefficients`` returns ``square`` (a
-      per-coordinate variance update, unsound with low-rank samples: such a
-      strategy refuses a noise source without ``independent_coordinates``).
-    - ``switches``: the float fields whose zero switches part of the update
-      off (PGPE's ``sigma_learning_rate``). Whether such a field is zero is
-      program structure, not a number: the maths asks ``switched_on(name)``,
-      which stays a Python bool when ``es.evolve_many`` traces the value, and
-      the runs of one sweep must agree on it.
-    - ``later_fields``: settings added after runs were checkpointed with the
-      strategy, each with the value that means "as before"; ``describe``
-      leaves a setting out while it holds that value, so those checkpoints,
-      whose description lacks it, still resume.
-    - ``coordinatewise``: whether ``update`` works coordinate by coordinate
-      (see its property); with ``exchange="sharded"`` the update is then
-      split over the devices.
-    - ``private_state``: the fields of the strategy's state NamedTuple that
-      only ``update`` reads (an optimizer's moments, never ``scale`` or
-      ``coefficients``): a coordinatewise update keeps each device's slice
-      of them on that device between generations.
+    signature), call ``check_common`` in ``__post_init__``, and implement
+    ``hyperparameters`` and the four maths functions of the module docstring.
+    ``coordinatewise`` (default ``False``) and ``stop_conditions`` (default:
+    none) are optional.
     """
 
-    uses_squares: ClassVar[bool] = False
-    switches: ClassVar[tuple[str, ...]] = ()
-    later_fields: ClassVar[dict[str, Any]] = {}
-    private_state: ClassVar[tuple[str, ...]] = ()
-
-    @property
-    def coordinatewise(self) -> bool:
-        """Whether ``update`` is coordinatewise: default ``False``.
-
-        A coordinatewise ``update``, given a slice of the coordinates (the
-        params as a float32 vector of that slice, every per-coordinate leaf
-        of the strategy state sliced alike, the same slice of the sums, and
-        ``for_slice(D)`` as the strategy), returns those coordinates of the
-        whole update, bit for bit, and its metrics as vectors of that slice:
-        no norm, sum or other reduction over coordinates, and an optimizer
-        of the same kind (``es.optimizers.coordinatewise``).
-        ``exchange="sharded"`` then has each device update its slice only
-        (docs/scaling.md).
-        """
-        return False
-
-    def for_slice(self, dim: int) -> "Strategy":
-        """The strategy that updates a slice of the ``dim`` coordinates: every setting derived from ``dim``
-        fixed to its value for all of them (default: ``self``; SNES fixes its sigma learning rate)."""
-        del dim
-        return self
+    coordinatewise: bool = False
+    """Whether ``update`` works coordinate by coordinate: no norm, sum or other reduction over coordinates,
+    and an optimizer declared coordinatewise (``es.optimizers.coordinatewise``)."""
 
     def __new__(cls, *args, **kwargs):
         moved = [name for name in EXECUTION_ARGUMENTS if name in kwargs]
@@ -180,32 +246,43 @@ class Strategy:
         if not callable(self.sigma):
             self._set("sigma", validation.check_float(name, "sigma", self.sigma, positive=True, example="0.05"))
         validation.check_bool(name, "maximize", self.maximize)
-        if not isinstance(self.noise, noise_lib.NOISE_SOURCES):
+        if not isinstance(self.noise, NoiseSource):
             raise TypeError(
-                f"{name}(noise={self.noise!r}): noise must be es.GaussianNoise(), "
-                "es.NoiseTable(size=..., seed=...) or es.LowRankNoise(rank=..., factored=...)."
+                f"{name}(noise={self.noise!r}): noise must be a noise source: es.GaussianNoise(), "
+                "es.NoiseTable(size=..., seed=...), es.LowRankNoise(rank=..., factored=...), or your own "
+                "es.noise.NoiseSource."
             )
-        if self.uses_squares and not self.noise.independent_coordinates:
+
+    def check_noise_fits(self, dim: int = 2) -> None:
+        """Refuse a noise source whose coordinates are not independent (low-rank noise) when the strategy's
+        update reads ``eps**2`` or ``eps eps^T`` (it returns ``Coefficients.square`` or ``.outer``): a variance
+        or covariance update from such noise is unsound. The engine checks it before every run too."""
+        if self.noise.independent_coordinates:
+            return
+        hp = self.hyperparameters(dim)
+
+        def coefficients(mean):
+            return self.coefficients(hp, self.initial_state(hp, mean), jnp.zeros((self.popsize,), mean.dtype))
+
+        out = jax.eval_shape(coefficients, jax.ShapeDtypeStruct((dim,), jnp.float32))
+        if out.square is not None or out.outer is not None:
+            name = type(self).__name__
             raise ValueError(
-                f"{name}(noise={self.noise!r}): {name} adapts a variance per coordinate from the squared noise "
-                "eps**2, which assumes independent N(0, 1) coordinates; the coordinates of a low-rank "
-                f"perturbation A @ B.T are not independent, so that update is unsound. {self.low_rank_fix()}"
+                f"{name}(noise={self.noise!r}): {name} adapts a variance per coordinate (or a covariance) from the "
+                "squared noise, which assumes independent N(0, 1) coordinates; the coordinates of a low-rank "
+                "perturbation A @ B.T are not independent, so that update is unsound. Use es.GaussianNoise() or "
+                "es.NoiseTable() with this strategy, or low-rank noise with a strategy that adapts only the mean "
+                "(es.OpenES, es.ARS, es.PGPE(sigma_learning_rate=0))."
             )
-
-    def low_rank_fix(self) -> str:
-        """How to use low-rank noise instead, for the error that refuses it."""
-        return (
-            "Use es.GaussianNoise() or es.NoiseTable() with this strategy, or low-rank noise with a strategy "
-            "that adapts only the mean (es.OpenES, es.ARS, es.PGPE(sigma_learning_rate=0))."
-        )
-
-    def check_run(self, dim: int) -> None:
-        """Checks that need the number of parameters, run by ``es.evolve`` before compiling (default: none)."""
-        del dim
 
     def _set(self, name: str, value) -> None:
         """Store a normalised value in a frozen field (constructors only)."""
         object.__setattr__(self, name, value)
+
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        """The names of the strategy's constructor arguments."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
     def describe(self) -> dict:
         """The strategy as JSON data: its name and every setting that can be written down.
@@ -222,76 +299,38 @@ class Strategy:
         described = {"name": type(self).__name__}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.name in self.later_fields and value == self.later_fields[field.name]:
+            if not field.init or (field.metadata.get("added_later") and value == field.default):
                 continue
             if value is None or isinstance(value, (bool, int, float, str)):
                 described[field.name] = value
-            elif isinstance(value, noise_lib.NOISE_SOURCES):
+            elif dataclasses.is_dataclass(value) and isinstance(value, NoiseSource):
                 described[field.name] = {"name": type(value).__name__, **dataclasses.asdict(value)}
             else:
                 described[field.name] = optimizers.description(value) or f"<{type(value).__name__}>"
         return described
 
-    @classmethod
-    def fields(cls) -> tuple[str, ...]:
-        """The names of the strategy's constructor arguments."""
-        return tuple(f.name for f in dataclasses.fields(cls))
+    # -------------------------------------------------------- the compiled program
 
-    # -------------------------------------------------------- hyperparameters
+    def hyperparameter_fields(self) -> tuple[str, ...]:
+        """The fields traced into the compiled program: every field holding a float."""
+        return tuple(f.name for f in dataclasses.fields(self)
+                     if isinstance(getattr(self, f.name), float))
 
-    def hyperparameters(self) -> dict[str, float]:
-        """The numeric hyperparameters: every field that holds a float (``sigma``, learning rates, ...).
+    def program(self) -> "Strategy":
+        """The static part of the strategy: a copy whose hyperparameter fields hold ``TRACED``.
 
-        These are the settings in which the runs of ``es.evolve_many`` may
-        differ: it passes them into the compiled program as traced float32
-        values (``with_hyperparameters``), so one compilation serves every
-        value. ``int`` fields (``popsize``, ``top_k``), booleans, choices,
-        schedules and noise sources shape the program and are not listed. A
-        switch (``switches``) is listed: its value is traced, while whether it
-        is zero stays static (``switched_on``).
+        Two strategies that differ only in their hyperparameters have equal
+        programs: one compilation serves both (``jax.jit``'s static argument),
+        and ``es.evolve_many`` runs them in one program. The copy skips the
+        constructor (its checks passed for the real values).
         """
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if isinstance(getattr(self, f.name), float)}
-
-    def switched_on(self, name: str) -> bool:
-        """Whether the switch ``name`` (one of ``switches``) is on, i.e. the field is non-zero: a Python bool.
-
-        On a copy from ``with_hyperparameters`` it is the answer of the
-        strategy the copy was made from (the Python float), so a traced value
-        never decides the program's structure.
-        """
-        if name not in self.switches:
-            raise ValueError(f"{type(self).__name__}.switched_on({name!r}): the switches are {list(self.switches)}.")
-        recorded = self.__dict__.get("_switched_on")
-        return recorded[name] if recorded is not None else getattr(self, name) != 0
-
-    def switch_settings(self) -> dict[str, bool]:
-        """``{name: switched_on(name)}`` for every switch: what of the numbers shapes the compiled program."""
-        return {name: self.switched_on(name) for name in self.switches}
-
-    def with_hyperparameters(self, values: dict[str, jax.Array]) -> "Strategy":
-        """A copy of the strategy holding ``values`` (arrays, usually traced) in those fields.
-
-        Only for use inside traced code (``es.evolve_many`` calls it inside
-        its ``vmap``): the copy skips the constructor, whose checks already
-        passed for the Python floats the values stand for, and it is neither
-        hashable nor a valid static argument. The maths of every strategy
-        must therefore work with array-valued hyperparameters (``jnp``
-        arithmetic only, no Python ``float()``/``math`` on them); what a value
-        decides about the program's structure it reads from
-        ``switched_on``, which the copy keeps from ``self``.
-        """
-        unknown = set(values) - set(self.hyperparameters())
-        if unknown:
-            raise ValueError(
-                f"{type(self).__name__}.with_hyperparameters: {sorted(unknown)} are not numeric hyperparameters of "
-                f"this strategy; they are {sorted(self.hyperparameters())}."
-            )
-        replaced = copy.copy(self)  # no __init__, so no __post_init__ checks on the arrays
-        replaced._set("_switched_on", self.switch_settings())  # structure stays decided by the Python floats
-        for name, value in values.items():
-            replaced._set(name, value)
-        return replaced
+        traced = self.hyperparameter_fields()
+        if not traced:
+            return self
+        program = copy.copy(self)
+        for name in traced:
+            program._set(name, TRACED)
+        return program
 
     # ------------------------------------------------------------------ state
 
@@ -308,42 +347,40 @@ class Strategy:
             a ``HostFitness`` or ``None`` gives ``None``, so
             ``init(key, params, fitness=task.fitness)`` works for either.
         """
+        from es.engine import initial_state  # the engine builds what it carries
+
         validation.check_key(key)
         params = jax.tree.map(jnp.asarray, params)
         validation.check_params(params)
-        from es.fitness import adapter  # the contract rewrite removes this
-
         fitness = None if fitness is None else adapter(fitness, f"{type(self).__name__}.init(fitness=...)")
-        worst = -jnp.inf if self.maximize else jnp.inf
-        return State(
-            params=params,
-            strategy_state=self.initial_state(params),
-            key=key,
-            generation=jnp.zeros((), jnp.int32),
-            best_params=params,
-            best_fitness=jnp.asarray(worst, jnp.float32),
-            fitness_state=None if fitness is None else fitness.initial_state(),
-        )
+        return initial_state(self, key, params, fitness)
 
     # --------------------------------------------------------------- the maths
 
-    def initial_state(self, params: PyTree) -> Any:  # pragma: no cover - interface
+    def hyperparameters(self, dim: int) -> NamedTuple:  # pragma: no cover - interface
+        """The traced hyperparameters for ``dim`` parameters (a NamedTuple of float scalars)."""
         raise NotImplementedError
 
-    def scale(self, strategy_state: Any, generation: jax.Array) -> jax.Array:  # pragma: no cover
+    def initial_state(self, hp: NamedTuple, mean: jax.Array) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def coefficients(self, strategy_state: Any, fitness: jax.Array) -> Coefficients:  # pragma: no cover
+    def scale(self, hp: NamedTuple, state: Any, generation: jax.Array) -> jax.Array:  # pragma: no cover
         raise NotImplementedError
 
-    def update(self, state: State, coefficients: Coefficients, sums: Sums):  # pragma: no cover
+    def coefficients(self, hp: NamedTuple, state: Any, fitness: jax.Array) -> Coefficients:  # pragma: no cover
         raise NotImplementedError
 
+    def update(self, hp: NamedTuple, state: Any, mean: jax.Array, coefficients: Coefficients, sums: Sums,
+               generation: jax.Array) -> Step:  # pragma: no cover - interface
+        raise NotImplementedError
 
-def better(fitness: jax.Array, maximize: bool) -> jax.Array:
-    """float32 fitnesses where higher is better (negated when minimising)."""
-    fitness = jnp.asarray(fitness, jnp.float32)
-    return fitness if maximize else -fitness
+    def stop_conditions(self, hp: NamedTuple, state: Any, mean: jax.Array, generation: jax.Array,
+                        criteria) -> dict[str, jax.Array]:
+        """The strategy's own stopping conditions met (names of ``es.engine.stopping.CRITERIA`` -> bool
+        scalars), read from its state with the thresholds of ``criteria`` (an ``es.StopCriteria``). Default:
+        none; the engine adds the conditions every strategy shares (fitness history, a collapsed scale)."""
+        del hp, state, mean, generation, criteria
+        return {}
 
 
 def optimizer_field(name: str, **kwargs) -> Any:

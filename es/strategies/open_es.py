@@ -13,24 +13,29 @@ With antithetic sampling the members come in pairs ``+eps_j, -eps_j``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
-from jax.flatten_util import ravel_pytree
 
-from es.noise import sources as noise_lib
 from es import validation
-from es.strategies import optimizers
-from es.strategies import shaping
-from es.strategies.base import Coefficients, Schedule, State, Strategy, Sums, optimizer_field
+from es.noise import GaussianNoise, NoiseSource
+from es.strategies import optimizers, shaping
+from es.strategies.base import Coefficients, Private, Schedule, Step, Strategy, Sums, optimizer_field
 
 
 class OpenESState(NamedTuple):
-    """OpenAI-ES's own state: the optimizer's state for the mean."""
+    """OpenAI-ES's own state: the optimizer's state for the mean (over the flat float[D] mean)."""
 
-    opt_state: optax.OptState
+    opt_state: Private[optax.OptState]
+
+
+class OpenESHyperparameters(NamedTuple):
+    """The traced hyperparameters: ``sigma`` (``None`` when it is a schedule) and the weight decay."""
+
+    sigma: float | None
+    weight_decay: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +47,10 @@ class OpenES(Strategy):
       sigma: perturbation scale (> 0), or a schedule ``generation -> sigma``
         such as an ``optax`` schedule.
       optimizer: any ``optax.GradientTransformation``; it receives the
-        negated gradient estimate (optax minimises). Default ``adam(1e-2)``.
+        negated gradient estimate (optax minimises) over the flat vector of
+        the params. Default ``adam(1e-2)``. Declared coordinatewise
+        (``es.optimizers.make``'s, or ``es.optimizers.coordinatewise(...)``),
+        ``exchange="sharded"`` splits its update over the devices.
       antithetic: evaluate pairs ``theta +- sigma * eps`` (halves noise draws
         and reduces variance).
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"`` or a
@@ -63,7 +71,7 @@ class OpenES(Strategy):
     fitness_shaping: str | shaping.ShapingFn = "centered_rank"
     weight_decay: float = 0.0
     maximize: bool = True
-    noise: noise_lib.NoiseSource = noise_lib.GaussianNoise()
+    noise: NoiseSource = GaussianNoise()
 
     def __post_init__(self):
         self._set("sigma", validation.check_float_or_schedule("OpenES", "sigma", self.sigma, "0.05"))
@@ -71,42 +79,38 @@ class OpenES(Strategy):
         validation.check_optimizer("OpenES", "optimizer", self.optimizer)
         validation.check_shaping("OpenES", self.fitness_shaping)
         self._set("weight_decay", validation.check_float("OpenES", "weight_decay", self.weight_decay, minimum=0.0))
-
-    private_state: ClassVar[tuple[str, ...]] = ("opt_state",)
-
-    @property
-    def coordinatewise(self) -> bool:
-        """With a coordinatewise optimizer (``es.optimizers.coordinatewise``: the default Adam)."""
-        return optimizers.coordinatewise(self.optimizer)
-
-    def check_run(self, dim: int) -> None:
         validation.check_shaping_output("OpenES", self.fitness_shaping, self.popsize)
         validation.check_schedule("OpenES", "sigma", self.sigma)
 
-    def sigma_at(self, generation: jax.Array) -> jax.Array:
-        """Perturbation scale (float32 scalar) of generation ``generation``."""
-        sigma = self.sigma(generation) if callable(self.sigma) else self.sigma
-        return jnp.asarray(sigma, jnp.float32)
+    @property
+    def coordinatewise(self) -> bool:
+        """With an optimizer declared coordinatewise (``es.optimizers.is_coordinatewise``: the default Adam)."""
+        return optimizers.is_coordinatewise(self.optimizer)
+
+    def hyperparameters(self, dim: int) -> OpenESHyperparameters:
+        return OpenESHyperparameters(None if callable(self.sigma) else self.sigma, self.weight_decay)
+
+    def sigma_at(self, hp: OpenESHyperparameters, generation: jax.Array) -> jax.Array:
+        """Perturbation scale (scalar) of generation ``generation``."""
+        sigma = self.sigma(generation) if callable(self.sigma) else hp.sigma
+        return jnp.asarray(sigma, jnp.result_type(float))
 
     # ---------------------------------------------------------------- the maths
 
-    def initial_state(self, params: Any) -> OpenESState:
-        return OpenESState(opt_state=self.optimizer.init(params))
+    def initial_state(self, hp: OpenESHyperparameters, mean: jax.Array) -> OpenESState:
+        return OpenESState(opt_state=self.optimizer.init(mean))
 
-    def scale(self, strategy_state: OpenESState, generation: jax.Array) -> jax.Array:
-        return self.sigma_at(generation)
+    def scale(self, hp: OpenESHyperparameters, state: OpenESState, generation: jax.Array) -> jax.Array:
+        return self.sigma_at(hp, generation)
 
-    def coefficients(self, strategy_state: OpenESState, fitness: jax.Array) -> Coefficients:
+    def coefficients(self, hp, state: OpenESState, fitness: jax.Array) -> Coefficients:
         weights, _ = shaping.shape_fitness(fitness, self.fitness_shaping, self.maximize)
         return Coefficients(linear=weights)
 
-    def update(self, state: State, coefficients: Coefficients, sums: Sums):
-        flat, unravel = ravel_pytree(state.params)
-        grad = sums.linear / (self.popsize * self.sigma_at(state.generation))
+    def update(self, hp: OpenESHyperparameters, state: OpenESState, mean: jax.Array, coefficients: Coefficients,
+               sums: Sums, generation: jax.Array) -> Step:
+        grad = sums.linear / (self.popsize * self.sigma_at(hp, generation))
         grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
-        loss_grad = -grad + self.weight_decay * flat.astype(jnp.float32)
-        updates, opt_state = self.optimizer.update(
-            unravel(loss_grad.astype(flat.dtype)), state.strategy_state.opt_state, state.params
-        )
-        params = optax.apply_updates(state.params, updates)
-        return params, OpenESState(opt_state), {"grad_norm": grad, "update_norm": updates}
+        loss_grad = -grad + hp.weight_decay * mean
+        updates, opt_state = self.optimizer.update(loss_grad, state.opt_state, mean)
+        return Step(optax.apply_updates(mean, updates), OpenESState(opt_state), grad, updates)

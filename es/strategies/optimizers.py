@@ -90,50 +90,86 @@ def factory(name: str):
     return getattr(optax, name)
 
 
-def make(name: str, **kwargs) -> optax.GradientTransformation:
-    """The optimizer ``name(**kwargs)``, e.g. ``make("adam", learning_rate=0.01)``.
+class Optimizer(optax.GradientTransformation):
+    """An ``optax.GradientTransformation`` that says what it is.
+
+    Attributes (besides optax's ``init`` and ``update``):
+      description: ``{name, ...arguments}`` for one built by ``make`` (what
+        checkpoints record), else ``None``.
+      coordinatewise: whether its update treats every coordinate on its own
+        (no norm or other reduction over the params): declared by ``make``
+        for the optax aliases in ``COORDINATEWISE``, or by you with
+        ``coordinatewise(optimizer)``.
+
+    Equal (and hashing alike) to any optimizer with the same ``init`` and
+    ``update`` functions, as optax transformations are.
+    """
+
+    description: dict | None
+    coordinatewise: bool
+
+
+def _declared(optimizer: optax.GradientTransformation, description: dict | None, is_coordinatewise: bool) -> Optimizer:
+    declared = Optimizer(optimizer.init, optimizer.update)
+    declared.description, declared.coordinatewise = description, is_coordinatewise
+    return declared
+
+
+def make(name: str, **kwargs) -> Optimizer:
+    """The optimizer ``name(**kwargs)``, e.g. ``make("adam", learning_rate=0.01)``, as an ``Optimizer``.
 
     Built once per distinct (hashable) arguments and shared: optax
     transformations are closures that compare by identity, so sharing makes
     two strategies built from the same description equal (one jit
-    compilation, not one per object).
+    compilation, not one per object). A negative learning rate is refused
+    (the run would climb the loss).
     """
+    for argument in ("learning_rate", "max_speed"):
+        value = kwargs.get(argument)
+        if validation.is_real(value) and value < 0:
+            raise ValueError(
+                f"es.optimizers.make({name!r}, {argument}={value!r}): a negative {argument} steps against the "
+                f"ascent direction (the run would get worse); use a positive value, e.g. {argument}={-value!r}."
+            )
     arguments = tuple(sorted(kwargs.items()))
     try:
         hash(arguments)
     except TypeError:  # e.g. a mask dict: build a new one
-        return factory(name)(**kwargs)
+        return _declared(factory(name)(**kwargs), None, False)
     return _shared(name, arguments)
 
 
 @functools.lru_cache(maxsize=None)
-def _shared(name: str, kwargs: tuple) -> optax.GradientTransformation:
+def _shared(name: str, kwargs: tuple) -> Optimizer:
     optimizer = factory(name)(**dict(kwargs))
-    # Kept alive by the cache, so ids stay valid. A schedule argument is described by its type only.
-    _DESCRIPTIONS[id(optimizer)] = {
+    description = {  # a schedule argument is described by its type only
         "name": name,
         **{k: v if isinstance(v, (bool, int, float, str, type(None))) else f"<{type(v).__name__}>" for k, v in kwargs},
     }
-    return optimizer
-
-
-_DESCRIPTIONS: dict[int, dict] = {}
+    return _declared(optimizer, description, name in COORDINATEWISE and "mask" not in description)
 
 
 # optax aliases whose update is the same arithmetic on every coordinate (no norm over the params): built by
-# `make` without a mask, they step a slice of the coordinates as they step those coordinates of the whole.
+# `make` (without a mask), they step a slice of the coordinates as they step those coordinates of the whole.
 COORDINATEWISE = frozenset({"sgd", "adam", "adamw", "adamax", "adamaxw", "nadam", "nadamw", "amsgrad", "adabelief",
                             "adagrad", "rmsprop", "lion"})
 
 
-def coordinatewise(optimizer: optax.GradientTransformation) -> bool:
-    """Whether ``optimizer`` is known to update every coordinate on its own (``COORDINATEWISE``, built by ``make``
-    without a mask). An optax object built elsewhere is opaque, so ``False``: the engine then runs its update
-    whole on every device."""
-    described = description(optimizer)
-    return described is not None and described["name"] in COORDINATEWISE and "mask" not in described
+def coordinatewise(optimizer: optax.GradientTransformation) -> Optimizer:
+    """``optimizer`` declared coordinatewise: its update treats every coordinate on its own (true of optax's
+    ``adam``, ``sgd``, ``rmsprop`` ...; not of anything that takes a norm over the params, such as ClipUp or
+    ``clip_by_global_norm``). With ``exchange="sharded"`` the engine then splits the update over the devices,
+    each stepping its own slice; a wrong declaration changes the results."""
+    validation.check_optimizer("es.optimizers.coordinatewise", "optimizer", optimizer)
+    return _declared(optimizer, description(optimizer), True)
+
+
+def is_coordinatewise(optimizer: optax.GradientTransformation) -> bool:
+    """Whether ``optimizer`` is declared coordinatewise (``make``'s aliases in ``COORDINATEWISE``, or
+    ``coordinatewise(optimizer)``). Any other optax object is opaque: the engine updates it whole."""
+    return bool(getattr(optimizer, "coordinatewise", False))
 
 
 def description(optimizer: optax.GradientTransformation) -> dict | None:
     """``{name, ...arguments}`` of an optimizer ``make`` built (a strategy default, a config's), else ``None``."""
-    return _DESCRIPTIONS.get(id(optimizer))
+    return getattr(optimizer, "description", None)

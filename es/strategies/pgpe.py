@@ -16,30 +16,36 @@ is 0) and ``n = popsize / 2`` pairs::
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
-from jax.flatten_util import ravel_pytree
 
-from es.noise import sources as noise_lib
 from es import validation
-from es.strategies import optimizers
-from es.strategies import shaping
-from es.strategies.base import Coefficients, State, Strategy, Sums, optimizer_field
+from es.noise import GaussianNoise, NoiseSource
+from es.strategies import optimizers, shaping
+from es.strategies.base import Coefficients, PerCoordinate, Private, Step, Strategy, Sums, optimizer_field
 
 
 class PGPEState(NamedTuple):
     """PGPE's own state.
 
     Attributes:
-      sigma: float32[D], the per-coordinate scale (ravel order).
-      opt_state: the optimizer's state for the mean.
+      sigma: float[D], the per-coordinate scale (ravel order).
+      opt_state: the optimizer's state for the mean (over the flat float[D] mean).
     """
 
-    sigma: jax.Array
-    opt_state: optax.OptState
+    sigma: PerCoordinate[jax.Array]
+    opt_state: Private[optax.OptState]
+
+
+class PGPEHyperparameters(NamedTuple):
+    """The traced hyperparameters."""
+
+    sigma: float
+    sigma_learning_rate: float
+    sigma_max_change: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +55,8 @@ class PGPE(Strategy):
     Args:
       popsize: members per generation (even: ``popsize / 2`` symmetric pairs).
       sigma: the initial scale of every parameter (> 0).
-      optimizer: any ``optax.GradientTransformation`` for the mean; default
+      optimizer: any ``optax.GradientTransformation`` for the mean (it sees
+        the flat vector of the params); default
         ``es.clipup(learning_rate=0.15, max_speed=0.3)``, ClipUp's step
         lengths in params units (the paper's advice: ``learning_rate =
         max_speed / 2``; scale both with your params).
@@ -70,67 +77,58 @@ class PGPE(Strategy):
     sigma_max_change: float = 0.2
     fitness_shaping: str | shaping.ShapingFn = "centered_rank"
     maximize: bool = True
-    noise: noise_lib.NoiseSource = noise_lib.GaussianNoise()
+    noise: NoiseSource = GaussianNoise()
+    adapts_sigma: bool = dataclasses.field(init=False, repr=False, metadata={
+        "derived": "sigma_learning_rate=0 keeps sigma fixed: it switches part of the update off"})
+    """``sigma_learning_rate != 0``: whether sigma is adapted. It shapes the program (``Sums.square`` or none), so
+    it is static configuration, derived from the settings."""
 
     antithetic: ClassVar[bool] = True
 
     def __post_init__(self):
         self._set("sigma_learning_rate", validation.check_float(
             "PGPE", "sigma_learning_rate", self.sigma_learning_rate, minimum=0.0, example="0.1"))
+        self._set("adapts_sigma", self.sigma_learning_rate != 0)
         self.check_common()
         validation.check_optimizer("PGPE", "optimizer", self.optimizer)
         self._set("sigma_max_change", validation.check_float(
             "PGPE", "sigma_max_change", self.sigma_max_change, positive=True, maximum=1.0, example="0.2"))
         validation.check_shaping("PGPE", self.fitness_shaping)
-
-    switches: ClassVar[tuple[str, ...]] = ("sigma_learning_rate",)  # 0: sigma fixed, no Sums.square
-
-    @property
-    def uses_squares(self) -> bool:
-        """Whether sigma is adapted (it needs ``Sums.square``); ``sigma_learning_rate=0`` keeps it fixed."""
-        return self.switched_on("sigma_learning_rate")
-
-    private_state: ClassVar[tuple[str, ...]] = ("opt_state",)
+        validation.check_shaping_output("PGPE", self.fitness_shaping, self.popsize)
+        self.check_noise_fits()
 
     @property
     def coordinatewise(self) -> bool:
-        """With a coordinatewise optimizer (``es.optimizers.coordinatewise``; not the default ClipUp, whose
-        steps are normalised by the norm over all coordinates)."""
-        return optimizers.coordinatewise(self.optimizer)
+        """With an optimizer declared coordinatewise (``es.optimizers.is_coordinatewise``; not the default ClipUp,
+        whose steps are normalised by the norm over all coordinates)."""
+        return optimizers.is_coordinatewise(self.optimizer)
 
-    def low_rank_fix(self) -> str:
-        return "Pass sigma_learning_rate=0 to keep sigma fixed (low-rank noise then perturbs the mean only)."
-
-    def check_run(self, dim: int) -> None:
-        validation.check_shaping_output("PGPE", self.fitness_shaping, self.popsize)
+    def hyperparameters(self, dim: int) -> PGPEHyperparameters:
+        return PGPEHyperparameters(self.sigma, self.sigma_learning_rate, self.sigma_max_change)
 
     # ---------------------------------------------------------------- the maths
 
-    def initial_state(self, params: Any) -> PGPEState:
-        flat, _ = ravel_pytree(params)
-        return PGPEState(sigma=jnp.full(flat.shape, self.sigma, jnp.float32), opt_state=self.optimizer.init(params))
+    def initial_state(self, hp: PGPEHyperparameters, mean: jax.Array) -> PGPEState:
+        return PGPEState(sigma=jnp.full(mean.shape, hp.sigma, mean.dtype), opt_state=self.optimizer.init(mean))
 
-    def scale(self, strategy_state: PGPEState, generation: jax.Array) -> jax.Array:
-        if not self.uses_squares:  # sigma never changes: one scale for every coordinate
-            return jnp.asarray(self.sigma, jnp.float32)
-        return strategy_state.sigma
+    def scale(self, hp: PGPEHyperparameters, state: PGPEState, generation: jax.Array) -> jax.Array:
+        if not self.adapts_sigma:  # sigma never changes: one scale for every coordinate
+            return jnp.asarray(hp.sigma, jnp.result_type(float))
+        return state.sigma
 
-    def coefficients(self, strategy_state: PGPEState, fitness: jax.Array) -> Coefficients:
+    def coefficients(self, hp, state: PGPEState, fitness: jax.Array) -> Coefficients:
         weights, _ = shaping.shape_fitness(fitness, self.fitness_shaping, self.maximize)
-        if not self.uses_squares:
+        if not self.adapts_sigma:
             return Coefficients(linear=weights)
         return Coefficients(linear=weights, square=(weights - jnp.mean(weights)) / 2)
 
-    def update(self, state: State, coefficients: Coefficients, sums: Sums):
-        flat, unravel = ravel_pytree(state.params)
-        sigma = state.strategy_state.sigma
+    def update(self, hp: PGPEHyperparameters, state: PGPEState, mean: jax.Array, coefficients: Coefficients,
+               sums: Sums, generation: jax.Array) -> Step:
+        sigma = state.sigma
         grad_mean = sigma * sums.linear / self.popsize
-        updates, opt_state = self.optimizer.update(
-            unravel((-grad_mean).astype(flat.dtype)), state.strategy_state.opt_state, state.params
-        )
-        params = optax.apply_updates(state.params, updates)
-        if self.uses_squares:
+        updates, opt_state = self.optimizer.update(-grad_mean, state.opt_state, mean)
+        if self.adapts_sigma:
             grad_sigma = sigma * (sums.square - jnp.sum(coefficients.square)) / (self.popsize // 2)
-            limit = self.sigma_max_change * sigma
-            sigma = jnp.clip(sigma + self.sigma_learning_rate * grad_sigma, sigma - limit, sigma + limit)
-        return params, PGPEState(sigma, opt_state), {"grad_norm": grad_mean, "update_norm": updates}
+            limit = hp.sigma_max_change * sigma
+            sigma = jnp.clip(sigma + hp.sigma_learning_rate * grad_sigma, sigma - limit, sigma + limit)
+        return Step(optax.apply_updates(mean, updates), PGPEState(sigma, opt_state), grad_mean, updates)

@@ -23,38 +23,45 @@ c_c (2 - c_c)``. The rank-mu rate is the full CMA-ES one scaled by ``(n + 2)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
 
-from es.noise import sources as noise_lib
+from es.noise import GaussianNoise, NoiseSource
 from es.strategies import shaping
-from es.strategies.base import Coefficients, State, Strategy, Sums
+from es.strategies.base import Coefficients, PerCoordinate, Step, Strategy, Sums
+from es.strategies.recombination import expected_norm, positive_weights
 
 
 class SepCMAESState(NamedTuple):
-    """Sep-CMA-ES's own state (vectors float32[D] in ravel order).
+    """Sep-CMA-ES's own state (vectors float[D] in ravel order).
 
     Attributes:
-      sigma: float32 scalar, the global step size.
+      sigma: scalar, the global step size.
       cov: the diagonal ``C`` of the covariance.
       path_sigma: ``p_sigma``, the conjugate evolution path.
       path_cov: ``p_c``, the evolution path of ``C``.
     """
 
     sigma: jax.Array
-    cov: jax.Array
-    path_sigma: jax.Array
-    path_cov: jax.Array
+    cov: PerCoordinate[jax.Array]
+    path_sigma: PerCoordinate[jax.Array]
+    path_cov: PerCoordinate[jax.Array]
+
+
+class SepCMAESHyperparameters(NamedTuple):
+    """The traced hyperparameters: the initial step size."""
+
+    sigma: float
 
 
 class Constants(NamedTuple):
     """The learning rates and normalisers of sep-CMA-ES for ``n`` parameters and ``lambda`` members."""
 
-    weights: jax.Array
+    weights: tuple[float, ...]
     mu_eff: float
     c_sigma: float
     d_sigma: float
@@ -64,25 +71,24 @@ class Constants(NamedTuple):
     chi_n: float
 
 
+@functools.cache
 def constants(dim: int, popsize: int) -> Constants:
-    n, mu = dim, popsize // 2
-    raw = [math.log(mu + 1) - math.log(k) for k in range(1, mu + 1)]
-    weights = [w / sum(raw) for w in raw]
-    mu_eff = 1.0 / sum(w * w for w in weights)
+    n = dim
+    weights, mu_eff = positive_weights(popsize)
     c_1 = 2.0 / ((n + 1.3) ** 2 + mu_eff)
     c_mu_full = 2.0 / mu_eff / (n + math.sqrt(2)) ** 2 + (1 - 1 / mu_eff) * min(
         1.0, (2 * mu_eff - 1) / ((n + 2) ** 2 + mu_eff)
     )
     c_sigma = (mu_eff + 2) / (n + mu_eff + 3)
     return Constants(
-        weights=jnp.asarray(weights + [0.0] * (popsize - mu), jnp.float32),
+        weights=weights,
         mu_eff=mu_eff,
         c_sigma=c_sigma,
         d_sigma=1 + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma,
         c_c=4.0 / (n + 4),
         c_1=c_1,
         c_mu=min(1 - c_1, (n + 2) / 3 * c_mu_full),
-        chi_n=math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n * n)),
+        chi_n=expected_norm(n),
     )
 
 
@@ -103,9 +109,7 @@ class SepCMAES(Strategy):
     sigma: float = 0.1
     antithetic: bool = False
     maximize: bool = True
-    noise: noise_lib.NoiseSource = noise_lib.GaussianNoise()
-
-    uses_squares = True
+    noise: NoiseSource = GaussianNoise()
 
     def __post_init__(self):
         self.check_common()
@@ -114,37 +118,49 @@ class SepCMAES(Strategy):
                 f"SepCMAES(popsize={self.popsize}): popsize must be at least 4 (the best half recombine, "
                 "and the weights need two members); use popsize=4 or more."
             )
+        self.check_noise_fits()
+
+    def hyperparameters(self, dim: int) -> SepCMAESHyperparameters:
+        return SepCMAESHyperparameters(self.sigma)
 
     # ---------------------------------------------------------------- the maths
 
-    def initial_state(self, params: Any) -> SepCMAESState:
-        flat, _ = ravel_pytree(params)
-        zeros = jnp.zeros(flat.shape, jnp.float32)
-        return SepCMAESState(jnp.asarray(self.sigma, jnp.float32), jnp.ones(flat.shape, jnp.float32), zeros, zeros)
+    def initial_state(self, hp: SepCMAESHyperparameters, mean: jax.Array) -> SepCMAESState:
+        zeros = jnp.zeros(mean.shape, mean.dtype)
+        return SepCMAESState(jnp.asarray(hp.sigma, mean.dtype), jnp.ones(mean.shape, mean.dtype), zeros, zeros)
 
-    def scale(self, strategy_state: SepCMAESState, generation: jax.Array) -> jax.Array:
-        return strategy_state.sigma * jnp.sqrt(strategy_state.cov)
+    def scale(self, hp, state: SepCMAESState, generation: jax.Array) -> jax.Array:
+        return state.sigma * jnp.sqrt(state.cov)
 
-    def coefficients(self, strategy_state: SepCMAESState, fitness: jax.Array) -> Coefficients:
-        weights = shaping.rank_weights(fitness, constants(strategy_state.cov.shape[0], self.popsize).weights,
-                                       self.maximize)
+    def coefficients(self, hp, state: SepCMAESState, fitness: jax.Array) -> Coefficients:
+        weights = constants(state.cov.shape[0], self.popsize).weights
+        weights = shaping.rank_weights(fitness, jnp.asarray(weights, state.cov.dtype), self.maximize)
         return Coefficients(linear=weights, square=weights)
 
-    def update(self, state: State, coefficients: Coefficients, sums: Sums):
-        flat, unravel = ravel_pytree(state.params)
-        sigma, cov, path_sigma, path_cov = state.strategy_state
-        k = constants(flat.shape[0], self.popsize)
+    def update(self, hp, state: SepCMAESState, mean: jax.Array, coefficients: Coefficients, sums: Sums,
+               generation: jax.Array) -> Step:
+        sigma, cov, path_sigma, path_cov = state
+        n = mean.shape[0]
+        k = constants(n, self.popsize)
         y_w = jnp.sqrt(cov) * sums.linear
         step = sigma * y_w
-        params = unravel((flat.astype(jnp.float32) + step).astype(flat.dtype))
         path_sigma = (1 - k.c_sigma) * path_sigma + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * sums.linear
         norm = jnp.linalg.norm(path_sigma)
         sigma = sigma * jnp.exp(k.c_sigma / k.d_sigma * (norm / k.chi_n - 1))
-        generations = (state.generation + 1).astype(jnp.float32)
-        stall = norm / jnp.sqrt(1 - (1 - k.c_sigma) ** (2 * generations)) >= (1.4 + 2 / (flat.shape[0] + 1)) * k.chi_n
+        generations = (generation + 1).astype(mean.dtype)
+        stall = norm / jnp.sqrt(1 - (1 - k.c_sigma) ** (2 * generations)) >= (1.4 + 2 / (n + 1)) * k.chi_n
         h_sigma = jnp.where(stall, 0.0, 1.0)
         path_cov = (1 - k.c_c) * path_cov + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y_w
         delta_h = (1 - h_sigma) * k.c_c * (2 - k.c_c)
         decay = 1 + k.c_1 * delta_h - k.c_1 - k.c_mu * jnp.sum(coefficients.square)
         cov = decay * cov + k.c_1 * path_cov**2 + k.c_mu * cov * sums.square
-        return params, SepCMAESState(sigma, cov, path_sigma, path_cov), {"grad_norm": y_w, "update_norm": step}
+        return Step(mean + step, SepCMAESState(sigma, cov, path_sigma, path_cov), y_w, step)
+
+    def stop_conditions(self, hp, state: SepCMAESState, mean, generation, criteria) -> dict[str, jax.Array]:
+        std = jnp.sqrt(state.cov)
+        return {
+            "tolx": jnp.all(state.sigma * jnp.maximum(jnp.abs(state.path_cov), std) < criteria.tolx),
+            "tolupsigma": state.sigma / hp.sigma > criteria.tolupsigma * jnp.max(std),
+            "conditioncov": jnp.max(state.cov) > criteria.conditioncov * jnp.min(state.cov),
+            "noeffectcoord": jnp.any(mean + 0.2 * state.sigma * std == mean),
+        }

@@ -31,26 +31,32 @@ import jax.numpy as jnp
 ShapingFn = Callable[[jax.Array], jax.Array]
 
 
+def _float():
+    """The dtype weights are computed in: float32, or float64 under ``jax_enable_x64`` (which keeps a float64
+    fitness's precision in its ranks)."""
+    return jnp.result_type(float)
+
+
 def centered_rank(fitness: jax.Array) -> jax.Array:
     """Centered ranks in ``[-0.5, 0.5]``; ties get their average rank. ``[n] -> [n]``."""
     fitness = jnp.asarray(fitness)
     n = fitness.shape[0]
     below, at_or_below = _tie_groups(fitness)
-    rank = (below + at_or_below - 1).astype(jnp.float32) / 2.0
+    rank = (below + at_or_below - 1).astype(_float()) / 2.0
     return rank / (n - 1) - 0.5
 
 
 def z_score(fitness: jax.Array) -> jax.Array:
     """``(f - mean) / std``; zeros where all fitnesses are equal. ``[n] -> [n]``."""
-    fitness = jnp.asarray(fitness, jnp.float32)
+    fitness = jnp.asarray(fitness, _float())
     centered = fitness - jnp.mean(fitness)
     std = jnp.sqrt(jnp.mean(centered**2))
     return jnp.where(std > 0, centered / jnp.where(std > 0, std, 1.0), 0.0)
 
 
 def raw(fitness: jax.Array) -> jax.Array:
-    """The fitnesses themselves, as float32. ``[n] -> [n]``."""
-    return jnp.asarray(fitness, jnp.float32)
+    """The fitnesses themselves, as floats. ``[n] -> [n]``."""
+    return jnp.asarray(fitness, _float())
 
 
 SHAPING_METHODS: dict[str, ShapingFn] = {
@@ -79,7 +85,7 @@ def shape_fitness(
         weights = centered_rank(jnp.where(valid, sanitized, -jnp.inf))
     else:
         shaping_fn = SHAPING_METHODS[method] if isinstance(method, str) else method
-        weights = jnp.asarray(shaping_fn(sanitized), jnp.float32)
+        weights = jnp.asarray(shaping_fn(sanitized), _float())
     weights = jnp.where(jnp.any(valid) & jnp.isfinite(weights), weights, 0.0)
     return weights, valid
 
@@ -98,14 +104,14 @@ def rank_weights(fitness: jax.Array, by_rank: jax.Array, maximize: bool) -> jax.
     valid member and get ``by_rank[-1]``, the worst rank's weight; with no
     valid member every weight is zero.
     """
-    better = jnp.asarray(fitness, jnp.float32)
+    better = jnp.asarray(fitness, _float())
     better = better if maximize else -better
     valid = jnp.isfinite(better)
     below, at_or_below = _tie_groups(jnp.where(valid, better, -jnp.inf))
-    ascending = jnp.asarray(by_rank, jnp.float32)[::-1]  # worst first, like the sorted fitnesses
-    cumulative = jnp.concatenate([jnp.zeros((1,), jnp.float32), jnp.cumsum(ascending)])
+    ascending = jnp.asarray(by_rank, _float())[::-1]  # worst first, like the sorted fitnesses
+    cumulative = jnp.concatenate([jnp.zeros((1,), _float()), jnp.cumsum(ascending)])
     count = at_or_below - below
-    tied_mean = (cumulative[at_or_below] - cumulative[below]) / count.astype(jnp.float32)
+    tied_mean = (cumulative[at_or_below] - cumulative[below]) / count.astype(_float())
     weights = jnp.where(count == 1, ascending[below], tied_mean)
     weights = jnp.where(valid, weights, ascending[0])
     return jnp.where(jnp.any(valid), weights, 0.0)
@@ -116,7 +122,7 @@ def sanitize(fitness: jax.Array, maximize: bool) -> tuple[jax.Array, jax.Array]:
 
     With no valid member every value is 0. ``valid`` marks finite fitnesses.
     """
-    better = jnp.asarray(fitness, jnp.float32)
+    better = jnp.asarray(fitness, _float())
     better = better if maximize else -better
     valid = jnp.isfinite(better)
     worst_valid = jnp.min(jnp.where(valid, better, jnp.inf))
@@ -129,9 +135,9 @@ def top_k_weights(scores: jax.Array, k: int) -> jax.Array:
     ``[n] -> [n]`` float32, summing to ``k``: if ``g`` scores beat the
     ``k``-th highest and ``e`` equal it, each of those ``e`` gets ``(k - g) / e``.
     """
-    scores = jnp.asarray(scores, jnp.float32)
+    scores = jnp.asarray(scores, _float())
     kth = jnp.sort(scores)[scores.shape[0] - k]
     above = scores > kth
     at = scores == kth
-    share = (k - jnp.sum(above)).astype(jnp.float32) / jnp.maximum(jnp.sum(at), 1).astype(jnp.float32)
+    share = (k - jnp.sum(above)).astype(_float()) / jnp.maximum(jnp.sum(at), 1).astype(_float())
     return jnp.where(above, 1.0, jnp.where(at, share, 0.0))

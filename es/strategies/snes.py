@@ -29,25 +29,33 @@ worse half not at all (truncation selection).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
 
-from es.noise import sources as noise_lib
 from es import validation
+from es.noise import GaussianNoise, NoiseSource
 from es.strategies import shaping
-from es.strategies.base import Coefficients, State, Strategy, Sums
+from es.strategies.base import Coefficients, PerCoordinate, Step, Strategy, Sums, added_later
 
 
 class SNESState(NamedTuple):
-    """SNES's own state: the per-coordinate scale ``sigma`` (float32[D], ravel order)."""
+    """SNES's own state: the per-coordinate scale ``sigma`` (float[D], ravel order)."""
 
-    sigma: jax.Array
+    sigma: PerCoordinate[jax.Array]
+
+
+class SNESHyperparameters(NamedTuple):
+    """SNES's traced hyperparameters: the initial scale, ``eta_mu``, ``eta_sigma`` (resolved for ``D``) and the
+    temperature (``None``: NES's utilities)."""
+
+    sigma: float
+    learning_rate: float
+    sigma_learning_rate: float
+    temperature: float | None
 
 
 def utilities(popsize: int, temperature: float | jax.Array | None = None) -> jax.Array:
@@ -86,11 +94,10 @@ class SNES(Strategy):
     sigma_learning_rate: float | None = None
     antithetic: bool = False
     maximize: bool = True
-    noise: noise_lib.NoiseSource = noise_lib.GaussianNoise()
-    temperature: float | None = None
+    noise: NoiseSource = GaussianNoise()
+    temperature: float | None = added_later(None)  # SNES runs checkpointed before it existed still resume
 
-    uses_squares = True
-    later_fields = {"temperature": None}  # SNES runs checkpointed before it existed still resume
+    coordinatewise = True
 
     def __post_init__(self):
         self.check_common()
@@ -99,42 +106,35 @@ class SNES(Strategy):
             "SNES", "sigma_learning_rate", self.sigma_learning_rate, positive=True, example="0.1, or None"))
         self._set("temperature", validation.check_optional_float(
             "SNES", "temperature", self.temperature, positive=True, example="30.0, or None"))
+        self.check_noise_fits()
 
-    coordinatewise = True
-
-    def for_slice(self, dim: int) -> "SNES":
-        """The default ``eta_sigma`` depends on ``D``: a slice's update uses the whole's."""
-        if self.sigma_learning_rate is not None:
-            return self
-        sliced = copy.copy(self)  # like with_hyperparameters: no __init__, its checks passed
-        sliced._set("sigma_learning_rate", self.sigma_rate(dim))
-        return sliced
-
-    def sigma_rate(self, dim: int) -> float | jax.Array:
-        """``eta_sigma`` for ``dim`` parameters."""
-        if self.sigma_learning_rate is not None:
-            return self.sigma_learning_rate
-        return (3 + math.log(dim)) / (5 * math.sqrt(dim))
+    def hyperparameters(self, dim: int) -> SNESHyperparameters:
+        """``eta_sigma`` defaults to ``(3 + ln D) / (5 sqrt D)`` for the whole ``D`` (a slice's update uses it too)."""
+        rate = self.sigma_learning_rate
+        if rate is None:
+            rate = (3 + math.log(dim)) / (5 * math.sqrt(dim))
+        return SNESHyperparameters(self.sigma, self.learning_rate, rate, self.temperature)
 
     # ---------------------------------------------------------------- the maths
 
-    def initial_state(self, params: Any) -> SNESState:
-        flat, _ = ravel_pytree(params)
-        return SNESState(sigma=jnp.full(flat.shape, self.sigma, jnp.float32))
+    def initial_state(self, hp: SNESHyperparameters, mean: jax.Array) -> SNESState:
+        return SNESState(sigma=jnp.full(mean.shape, hp.sigma, mean.dtype))
 
-    def scale(self, strategy_state: SNESState, generation: jax.Array) -> jax.Array:
-        return strategy_state.sigma
+    def scale(self, hp: SNESHyperparameters, state: SNESState, generation: jax.Array) -> jax.Array:
+        return state.sigma
 
-    def coefficients(self, strategy_state: SNESState, fitness: jax.Array) -> Coefficients:
-        u = shaping.rank_weights(fitness, utilities(self.popsize, self.temperature), self.maximize)
+    def coefficients(self, hp: SNESHyperparameters, state: SNESState, fitness: jax.Array) -> Coefficients:
+        temperature = None if self.temperature is None else hp.temperature
+        u = shaping.rank_weights(fitness, utilities(self.popsize, temperature), self.maximize)
         return Coefficients(linear=u, square=u)
 
-    def update(self, state: State, coefficients: Coefficients, sums: Sums):
-        flat, unravel = ravel_pytree(state.params)
-        sigma = state.strategy_state.sigma
+    def update(self, hp: SNESHyperparameters, state: SNESState, mean: jax.Array, coefficients: Coefficients,
+               sums: Sums, generation: jax.Array) -> Step:
         grad_mean = sums.linear  # sum_i u_i z_i
         grad_sigma = sums.square - jnp.sum(coefficients.square)  # sum_i u_i (z_i^2 - 1)
-        step = self.learning_rate * sigma * grad_mean
-        params = unravel((flat.astype(jnp.float32) + step).astype(flat.dtype))
-        sigma = sigma * jnp.exp(0.5 * self.sigma_rate(flat.shape[0]) * grad_sigma)
-        return params, SNESState(sigma), {"grad_norm": grad_mean, "update_norm": step}
+        step = hp.learning_rate * state.sigma * grad_mean
+        sigma = state.sigma * jnp.exp(0.5 * hp.sigma_learning_rate * grad_sigma)
+        return Step(mean + step, SNESState(sigma), grad_mean, step)
+
+    def stop_conditions(self, hp, state: SNESState, mean, generation, criteria) -> dict[str, jax.Array]:
+        return {"tolx": jnp.all(state.sigma < criteria.tolx)}

@@ -1,0 +1,168 @@
+"""``es.evolve``: generations in ``lax.scan`` inside one ``jax.jit``, the population ``shard_map``ped over a mesh.
+
+The compiled program's static arguments are the strategy's ``program()`` (its configuration without the
+hyperparameter values), the fitness adapter, the mesh, the ``Execution`` and the number of generations;
+the hyperparameters and the state are traced. ``generation_step`` (``es.engine.generation``) is the scan's
+body.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from es.engine import stopping, update
+from es.engine.execution import Execution, check_evolve_args
+from es.engine.generation import generation_step
+from es.engine.members import compute_dtype
+from es.engine.partition import BLOCK, Partition
+from es.fitness import adapter, fitness_dtype
+from es.noise import Layout
+from es.parallel.distributed import replicate
+from es.strategies.base import State, Strategy
+
+PyTree = Any
+Metrics = dict[str, jax.Array]
+
+
+def evolve(
+    strategy: Strategy,
+    fitness_fn: Callable,
+    state: State,
+    num_generations: int,
+    mesh: Mesh | None = None,
+    *,
+    exchange: str = "fitness",
+    eval_batch_size: int | None = None,
+    update_batch_size: int | None = None,
+    stop_criteria: stopping.StopCriteria | None = None,
+) -> tuple[State, Metrics]:
+    """Run ``num_generations`` generations of ``strategy`` from ``state``.
+
+    Pure: may be called under ``jax.jit``. Calling it again continues the run;
+    two calls of ``n`` generations equal one call of ``2n`` bit for bit. A new
+    value of a hyperparameter (``sigma``, a learning rate) does not recompile.
+
+    Args:
+      strategy: ``es.OpenES``, ``es.SNES``, ``es.PGPE``, ``es.ARS``,
+        ``es.SepCMAES``, ``es.CMAES`` or your own ``es.Strategy``.
+      fitness_fn: ``(params, key) -> scalar`` for one member (or an
+        ``es.StatefulFitness``); higher is better when ``strategy.maximize``.
+        An ``es.HostFitness`` runs a Python (non-JAX) fitness in worker
+        processes; ``evolve`` then returns once the call has run, and raises
+        ``es.FitnessError`` if an evaluation failed (see its docs).
+      state: from ``strategy.init`` or a previous ``evolve``.
+      num_generations: a Python int >= 0 (static: the scan length).
+      mesh: the devices to shard the population over (``es.make_mesh()``,
+        which spans every process after ``es.distributed.initialize``);
+        ``None`` runs on this process's default device.
+      exchange: ``"fitness"`` (default), ``"sharded"``, ``"gradient"`` or
+        ``"auto"``; see ``es.engine.Execution``, ``es.exchange_report`` and
+        docs/scaling.md. ``"sharded"`` gives the same bits as ``"fitness"``
+        with ``1/n`` of its update work per device; ``"auto"`` picks one of
+        these two by mesh size and noise source.
+      eval_batch_size: members each device evaluates together in one vmapped
+        micro-batch (devices loop over their share in such batches). It must
+        be the same on every mesh for results to be bit-identical across
+        device counts. ``None``: the largest divisor of ``popsize / 8`` (so it
+        divides every device's share on 1, 2, 4 or 8 devices) whose
+        perturbations fit in ``2**19`` floats (2 MiB), even with antithetic
+        sampling so that pairs share one noise draw. For meshes of more than
+        8 devices set it to at most ``popsize // num_devices``.
+      update_batch_size: noise vectors rebuilt per step when forming the sums
+        (one fused loop; nothing is stored). ``None``: ``max(16, 2**19 //
+        num_params)``, at most ``2**24 // num_params``.
+      stop_criteria: the thresholds of the stopping conditions reported in
+        the metric ``"stop"`` (``es.StopCriteria``; ``None``: pycma's defaults).
+
+    Peak memory is ``O((eval_batch_size + update_batch_size) * num_params)``,
+    independent of popsize.
+
+    Returns:
+      ``(state, metrics)``: the new state, replicated on the mesh, and a dict
+      of arrays with leading axis ``num_generations`` (see ``es.METRIC_NAMES``).
+      On a mesh spanning processes both are global arrays that every process
+      can read (``np.asarray``, ``es.distributed.fetch``).
+    """
+    mesh, execution = check_evolve_args(strategy, fitness_fn, state, num_generations, mesh, exchange,
+                                        eval_batch_size, update_batch_size, stop_criteria)
+    return evolve_checked(strategy, fitness_fn, state, num_generations, mesh, execution)
+
+
+def evolve_checked(
+    strategy: Strategy, fitness_fn: Callable, state: State, num_generations: int, mesh: Mesh, execution: Execution
+) -> tuple[State, Metrics]:
+    """``evolve`` once its arguments passed ``check_evolve_args`` (``es.run``'s segments, a one-run sweep)."""
+    state = replicate(state, mesh)
+    fitness = adapter(fitness_fn)
+    hp = strategy.hyperparameters(Layout.of(state.params).dim)
+    return fitness.dispatch(
+        lambda: _evolve_compiled(strategy.program(), fitness, mesh, execution, int(num_generations), hp, state),
+        state,
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _evolve_compiled(program, fitness, mesh, execution, num_generations, hp, state):
+    run = functools.partial(run_generations, program, fitness, mesh, execution, num_generations)
+    return shard_replicated(run, mesh)(hp, state)
+
+
+def shard_replicated(fn: Callable, mesh: Mesh) -> Callable:
+    """``fn`` run once per device of ``mesh``, inputs and outputs replicated.
+
+    ``check_vma=False``: user fitness functions (e.g. gymnax rollouts) contain
+    loops whose carries start from constants, which the varying-manual-axes
+    check would reject; replication of the outputs holds by construction
+    (every device computes the same update from the same gathered fitnesses).
+    """
+    return jax.shard_map(fn, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)
+
+
+def run_generations(program, fitness, mesh, execution, num_generations, hp, state, gather: bool = True):
+    """``num_generations`` generations in a ``lax.scan`` (inside the ``shard_map``).
+
+    Where the update is split (``execution.shard_update``) the scan carries
+    this device's slices of the private state (``es.engine.update.split``),
+    gathered at the end unless ``gather`` is false (``es.collectives_report``'s
+    program of one generation).
+    """
+    layout = Layout.of(state.params)
+    noise_aux = program.noise.prepare(layout)
+    step = functools.partial(generation_step, program, fitness, mesh, execution, noise_aux, execution.criteria, hp)
+    return scan_generations(mesh, execution, layout.dim, step, num_generations, state, gather=gather)
+
+
+def scan_generations(mesh, execution, dim, step, num_generations, state, batched=False, gather=True):
+    """``step`` scanned ``num_generations`` times from ``state``: ``(state, metrics)``, on this device's carry
+    where the update is split (``batched``: several runs stacked, as ``es.evolve_many`` has them)."""
+    part = Partition(dim, mesh.size if execution.shard_update else 1, BLOCK)
+
+    def run(carry):
+        return jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
+
+    return update.run_split(state, part, mesh.axis_names, run, batched=batched, gather=gather)
+
+
+def initial_state(strategy: Strategy, key: jax.Array, params: PyTree, fitness) -> State:
+    """The ``State`` of a new run of ``strategy`` from ``params`` (``fitness``: an adapter or ``None``)."""
+    flat = ravel_pytree(params)[0]
+    dim = flat.shape[0]
+    hp = strategy.hyperparameters(dim)
+    dtype = fitness_dtype()
+    return State(
+        params=params,
+        strategy_state=strategy.initial_state(hp, flat.astype(compute_dtype(flat.dtype))),
+        key=key,
+        generation=jnp.zeros((), jnp.int32),
+        best_params=params,
+        best_fitness=jnp.asarray(-jnp.inf if strategy.maximize else jnp.inf, dtype),
+        fitness_state=None if fitness is None else fitness.initial_state(),
+        stop_history=stopping.initial_history(dim, strategy.popsize, dtype),
+    )

@@ -1,0 +1,102 @@
+"""The fitness contract: what the engine calls on whatever evaluates the members.
+
+Every entry point (``es.evolve``, ``es.run``, ``es.tell``, ``es.evolve_many``, ``es.minimize``) adapts the
+user's fitness once, with ``es.fitness.adapter``, into an object of this Protocol: a JAX function or an
+``es.StatefulFitness`` becomes a ``JaxFitness``, an ``es.CommonRandomNumbers`` its fitness's adapter with
+shared keys, and an ``es.HostFitness`` (worker processes) is one itself. The engine never asks what kind
+it has.
+
+Fitnesses cross into the engine as ``Fitnesses(value, residual)``: ``value`` in the fitness dtype
+(float32; float64 under ``jax_enable_x64``) and, for values computed outside JAX in float64, the
+``residual`` that rounding dropped, so that ranks and steps see differences down to float64's resolution
+(``es.engine.exchange.ranked``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PyTree = Any
+
+
+class Fitnesses(NamedTuple):
+    """The fitnesses of some members.
+
+    Attributes:
+      value: ``float[n]`` in the fitness dtype (``fitness_dtype()``): what
+        metrics and the best member report.
+      residual: ``float[n]``, ``f - value`` for values that carried more
+        precision than the fitness dtype (float64 from the host), or ``None``
+        where the values are exact (every JAX fitness).
+    """
+
+    value: jax.Array
+    residual: jax.Array | None = None
+
+
+def fitness_dtype() -> np.dtype:
+    """The dtype the engine keeps fitnesses in: float32, or float64 under ``jax_enable_x64``."""
+    return np.dtype(jnp.result_type(float))
+
+
+def from_host(values, where: str) -> Fitnesses:
+    """Host values (any real array) as ``Fitnesses``: rounded to the fitness dtype, and the residual in it.
+
+    Raises ``ValueError`` for a finite value beyond the fitness dtype's range (it would become inf).
+    """
+    exact = np.asarray(values, np.float64)
+    dtype = fitness_dtype()
+    big = np.isfinite(exact) & (np.abs(exact) > np.finfo(dtype).max)
+    if np.any(big):
+        i = int(np.flatnonzero(big)[0])
+        raise ValueError(
+            f"{where}: fitness[{i}] = {exact[i]!r} is beyond {dtype.name}'s range (+-{np.finfo(dtype).max:.3g}), "
+            "where it would become inf and rank as an invalid member; rescale the objective (e.g. a log), "
+            "return inf or NaN on purpose to mark the member invalid, or enable jax_enable_x64 for float64."
+        )
+    value = exact.astype(dtype)
+    with np.errstate(invalid="ignore"):
+        residual = np.where(np.isfinite(exact), exact - value.astype(np.float64), 0.0).astype(dtype)
+    return Fitnesses(value, residual)
+
+
+@runtime_checkable
+class Fitness(Protocol):
+    """What the engine calls on an adapted fitness.
+
+    Attributes:
+      on_host: evaluated outside JAX (in worker processes): not traced, and
+        its failures are raised after the compiled call (``dispatch``).
+      shared_by: who shares an evaluation key (``es.engine.members.EVAL_KEY_SHARING``).
+      stateful: carries population-wide state (``init``/``update``, per-member stats).
+    """
+
+    on_host: bool
+    shared_by: str
+    stateful: bool
+
+    def initial_state(self) -> PyTree:
+        """The fitness state a new run starts from (``None`` unless stateful)."""
+
+    def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+        """The fitness state after a generation whose members returned ``stats`` (leading axis popsize)."""
+
+    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
+        """Raise ``TypeError`` before compiling unless the fitness accepts these inputs."""
+
+    def default_eval_batch_size(self, popsize: int, antithetic: bool, dim: int) -> int:
+        """Members each device evaluates together when ``eval_batch_size=None``."""
+
+    def evaluate(self, members: Any, chunk: jax.Array, fitness_state: PyTree, pairs: bool,
+                 shared_by: str = "member") -> tuple[Fitnesses, PyTree]:
+        """``(Fitnesses, stats)`` of the members ``chunk`` of the generation ``members`` (traced)."""
+
+    def dispatch(self, call: Callable[[], Any], state: Any) -> Any:
+        """Run the compiled call ``call()`` from ``state`` (and raise the fitness's failures after it)."""
+
+    def close(self) -> None:
+        """Release what the fitness holds (worker processes)."""

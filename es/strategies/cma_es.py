@@ -1,0 +1,202 @@
+"""CMA-ES with a full covariance matrix (Hansen, "The CMA evolution strategy: a tutorial", arXiv:1604.00772,
+2016): positive recombination weights, cumulative step-size adaptation (CSA), rank-one and rank-mu updates.
+
+The distribution is ``N(m, sigma^2 C)`` with ``C = B diag(d)^2 B^T``. Member ``i`` is ``m + sigma B D z_i``
+with ``z_i ~ N(0, I)`` rebuilt from the shared keys (the strategy's ``scale`` is the matrix ``sigma B D``).
+With the weights ``w_k = ln((lambda + 1) / 2) - ln k`` of the best ``mu = lambda // 2`` members (normalised;
+tied members share the mean of their ranks' weights), ``Sums.linear = sum_i w_i z_i`` and
+``Sums.outer = sum_i w_i z_i z_i^T`` (never a stored population)::
+
+    y_w     = B D Sums.linear                                                   = sum_i w_i y_i
+    m       <- m + sigma y_w
+    p_sigma <- (1 - c_sigma) p_sigma + sqrt(c_sigma (2 - c_sigma) mu_eff) B Sums.linear     (C^-1/2 y_w)
+    sigma   <- sigma exp(c_sigma / d_sigma (|p_sigma| / E|N(0, I)| - 1))
+    p_c     <- (1 - c_c) p_c + h_sigma sqrt(c_c (2 - c_c) mu_eff) y_w
+    C       <- (1 + c_1 dh - c_1 - c_mu) C + c_1 p_c p_c^T + c_mu (B D) Sums.outer (B D)^T
+    B, d    <- the eigendecomposition of C, every ``eigen_interval`` generations
+
+with ``h_sigma = 1`` unless ``|p_sigma| / sqrt(1 - (1 - c_sigma)^(2 (g + 1))) >= (1.4 + 2 / (n + 1))
+E|N(0, I)|``, ``dh = (1 - h_sigma) c_c (2 - c_c)``, and the tutorial's defaults (its Table 1):
+``c_sigma = (mu_eff + 2) / (n + mu_eff + 5)``, ``d_sigma = 1 + 2 max(0, sqrt((mu_eff - 1) / (n + 1)) - 1) +
+c_sigma``, ``c_c = (4 + mu_eff / n) / (n + 4 + 2 mu_eff / n)``, ``c_1 = 2 / ((n + 1.3)^2 + mu_eff)``,
+``c_mu = min(1 - c_1, 2 (mu_eff - 2 + 1 / mu_eff) / ((n + 2)^2 + mu_eff))``. Negative ("active") weights
+are not used.
+
+The eigendecomposition is deferred as the tutorial suggests: it runs every ``max(1, floor(1 / (10 n (c_1 +
+c_mu))))`` generations (every generation below about 30 parameters), so a generation costs ``O(n^2 lambda)``
+besides it. ``MAX_DIM`` parameters at most: above, use ``es.SepCMAES`` or ``es.SNES`` (linear in ``n``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from es.noise import GaussianNoise, NoiseSource
+from es.strategies import shaping
+from es.strategies.base import Coefficients, Step, Strategy, Sums
+from es.strategies.recombination import expected_norm, tutorial_weights
+
+MAX_DIM = 4096
+"""The most parameters ``CMAES`` serves: its state holds ``3 n^2`` floats and a generation costs ``O(n^2 lambda)``."""
+
+
+class CMAESState(NamedTuple):
+    """CMA-ES's own state.
+
+    Attributes:
+      sigma: scalar, the global step size.
+      cov: float[n, n], the covariance ``C``.
+      basis: float[n, n], ``B``: the eigenvectors of ``C`` (columns), as of the last decomposition.
+      scales: float[n], ``d``: the square roots of the eigenvalues of ``C``, as of the last decomposition.
+      path_sigma: float[n], ``p_sigma``, the conjugate evolution path.
+      path_cov: float[n], ``p_c``, the evolution path of ``C``.
+    """
+
+    sigma: jax.Array
+    cov: jax.Array
+    basis: jax.Array
+    scales: jax.Array
+    path_sigma: jax.Array
+    path_cov: jax.Array
+
+
+class CMAESHyperparameters(NamedTuple):
+    """The traced hyperparameters: the initial step size."""
+
+    sigma: float
+
+
+class Constants(NamedTuple):
+    """The tutorial's learning rates and normalisers for ``n`` parameters and ``lambda`` members."""
+
+    weights: tuple[float, ...]
+    mu_eff: float
+    c_sigma: float
+    d_sigma: float
+    c_c: float
+    c_1: float
+    c_mu: float
+    chi_n: float
+    eigen_interval: int
+
+
+@functools.cache
+def constants(n: int, popsize: int) -> Constants:
+    weights, mu_eff = tutorial_weights(popsize)
+    c_sigma = (mu_eff + 2) / (n + mu_eff + 5)
+    c_1 = 2 / ((n + 1.3) ** 2 + mu_eff)
+    c_mu = min(1 - c_1, 2 * (mu_eff - 2 + 1 / mu_eff) / ((n + 2) ** 2 + mu_eff))
+    return Constants(
+        weights=weights,
+        mu_eff=mu_eff,
+        c_sigma=c_sigma,
+        d_sigma=1 + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma,
+        c_c=(4 + mu_eff / n) / (n + 4 + 2 * mu_eff / n),
+        c_1=c_1,
+        c_mu=c_mu,
+        chi_n=expected_norm(n),
+        eigen_interval=max(1, math.floor(1 / (10 * n * (c_1 + c_mu)))),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class CMAES(Strategy):
+    """CMA-ES: a global step size and a full covariance matrix, both adapted (at most ``MAX_DIM`` params).
+
+    Args:
+      popsize: ``lambda``, members per generation (>= 4; the tutorial's
+        default is ``4 + floor(3 ln n)``). The best half recombine.
+      sigma: the initial global step size (> 0): about a quarter of the
+        width of the region where the optimum may be.
+      antithetic: sample mirrored pairs (off in the tutorial).
+      maximize: whether the fitness is to be maximised.
+      noise: ``es.GaussianNoise()`` or ``es.NoiseTable(...)``.
+    """
+
+    popsize: int
+    sigma: float = 0.1
+    antithetic: bool = False
+    maximize: bool = True
+    noise: NoiseSource = GaussianNoise()
+
+    def __post_init__(self):
+        self.check_common()
+        if self.popsize < 4:
+            raise ValueError(
+                f"CMAES(popsize={self.popsize}): popsize must be at least 4 (the best half recombine, "
+                "and the weights need two members); use popsize=4 or more."
+            )
+        self.check_noise_fits()
+
+    def hyperparameters(self, dim: int) -> CMAESHyperparameters:
+        if dim > MAX_DIM:
+            raise ValueError(
+                f"CMAES(popsize={self.popsize}) on {dim} parameters: a full covariance serves at most "
+                f"{MAX_DIM} (it holds 3 n^2 floats and costs O(n^2 popsize) per generation); for more use "
+                "es.SepCMAES (a diagonal covariance) or es.SNES, which are linear in the parameters."
+            )
+        return CMAESHyperparameters(self.sigma)
+
+    # ---------------------------------------------------------------- the maths
+
+    def initial_state(self, hp: CMAESHyperparameters, mean: jax.Array) -> CMAESState:
+        n, dtype = mean.shape[0], mean.dtype
+        eye, zeros = jnp.eye(n, dtype=dtype), jnp.zeros((n,), dtype)
+        return CMAESState(jnp.asarray(hp.sigma, dtype), eye, eye, jnp.ones((n,), dtype), zeros, zeros)
+
+    def scale(self, hp, state: CMAESState, generation: jax.Array) -> jax.Array:
+        return state.sigma * state.basis * state.scales[None, :]
+
+    def coefficients(self, hp, state: CMAESState, fitness: jax.Array) -> Coefficients:
+        weights = constants(state.scales.shape[0], self.popsize).weights
+        weights = shaping.rank_weights(fitness, jnp.asarray(weights, state.cov.dtype), self.maximize)
+        return Coefficients(linear=weights, outer=weights)
+
+    def update(self, hp, state: CMAESState, mean: jax.Array, coefficients: Coefficients, sums: Sums,
+               generation: jax.Array) -> Step:
+        sigma, cov, basis, scales, path_sigma, path_cov = state
+        n = mean.shape[0]
+        k = constants(n, self.popsize)
+        to_y = basis * scales[None, :]  # B D: z-space to y-space
+        y_w = to_y @ sums.linear
+        path_sigma = (1 - k.c_sigma) * path_sigma + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * (
+            basis @ sums.linear)
+        norm = jnp.linalg.norm(path_sigma)
+        stall = norm / jnp.sqrt(1 - (1 - k.c_sigma) ** (2 * (generation + 1).astype(mean.dtype))) >= (
+            1.4 + 2 / (n + 1)) * k.chi_n
+        h_sigma = jnp.where(stall, 0.0, 1.0)
+        path_cov = (1 - k.c_c) * path_cov + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y_w
+        decay = 1 + k.c_1 * (1 - h_sigma) * k.c_c * (2 - k.c_c) - k.c_1 - k.c_mu * jnp.sum(coefficients.outer)
+        cov = decay * cov + k.c_1 * jnp.outer(path_cov, path_cov) + k.c_mu * to_y @ sums.outer @ to_y.T
+        basis, scales = jax.lax.cond(generation % k.eigen_interval == k.eigen_interval - 1, eigen,
+                                     lambda c: (basis, scales), cov)
+        new_sigma = sigma * jnp.exp(k.c_sigma / k.d_sigma * (norm / k.chi_n - 1))
+        step = sigma * y_w
+        return Step(mean + step, CMAESState(new_sigma, cov, basis, scales, path_sigma, path_cov), y_w, step)
+
+    def stop_conditions(self, hp, state: CMAESState, mean, generation, criteria) -> dict[str, jax.Array]:
+        n = mean.shape[0]
+        axis = generation % n
+        step_on_axis = 0.1 * state.sigma * state.scales[axis] * state.basis[:, axis]
+        return {
+            "tolx": jnp.all(state.sigma * jnp.maximum(jnp.abs(state.path_cov), jnp.sqrt(jnp.diag(state.cov)))
+                            < criteria.tolx),
+            "tolupsigma": state.sigma / hp.sigma > criteria.tolupsigma * jnp.max(state.scales),
+            "conditioncov": jnp.max(state.scales) ** 2 > criteria.conditioncov * jnp.min(state.scales) ** 2,
+            "noeffectaxis": jnp.all(mean + step_on_axis == mean),
+            "noeffectcoord": jnp.any(mean + 0.2 * state.sigma * jnp.sqrt(jnp.diag(state.cov)) == mean),
+        }
+
+
+def eigen(cov: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(B, d)``: the eigenvectors and the square roots of the eigenvalues of the symmetrised ``cov`` (the
+    eigenvalues floored at a tiny positive value, so that ``d`` stays real and ``B D`` invertible)."""
+    values, vectors = jnp.linalg.eigh((cov + cov.T) / 2)
+    tiny = jnp.finfo(cov.dtype).tiny / jnp.finfo(cov.dtype).eps
+    return vectors, jnp.sqrt(jnp.maximum(values, tiny))

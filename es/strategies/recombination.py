@@ -1,0 +1,35 @@
+"""What the CMA-ES family shares: recombination weights and the expected length of a standard normal vector
+(Hansen, "The CMA evolution strategy: a tutorial", arXiv:1604.00772, Table 1)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+
+@functools.cache
+def positive_weights(popsize: int) -> tuple[tuple[float, ...], float]:
+    """``(w, mu_eff)``: ``w_k = ln(mu + 1/2... )`` normalised to sum 1 on the best ``mu = popsize // 2`` ranks
+    and 0 on the rest (``k = 1`` the best), and the variance effective selection mass ``1 / sum w_k^2``.
+
+    ``w'_k = ln(mu + 1) - ln k`` as in sep-CMA-ES's reference implementations.
+    """
+    mu = popsize // 2
+    raw = [math.log(mu + 1) - math.log(k) for k in range(1, mu + 1)]
+    weights = [w / sum(raw) for w in raw]
+    return tuple(weights + [0.0] * (popsize - mu)), 1.0 / sum(w * w for w in weights)
+
+
+@functools.cache
+def tutorial_weights(popsize: int) -> tuple[tuple[float, ...], float]:
+    """``(w, mu_eff)`` of the tutorial: ``w'_k = ln((popsize + 1) / 2) - ln k`` on the best ``mu = popsize // 2``
+    ranks, normalised to sum 1, and 0 on the rest (no negative, "active", weights)."""
+    mu = popsize // 2
+    raw = [math.log((popsize + 1) / 2) - math.log(k) for k in range(1, mu + 1)]
+    weights = [w / sum(raw) for w in raw]
+    return tuple(weights + [0.0] * (popsize - mu)), 1.0 / sum(w * w for w in weights)
+
+
+def expected_norm(n: int) -> float:
+    """``E||N(0, I_n)||``, approximated as ``sqrt(n) (1 - 1/(4n) + 1/(21 n^2))``."""
+    return math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n * n))
