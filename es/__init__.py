@@ -15,6 +15,7 @@ spans every process's devices (``docs/distributed.md``, ``python -m es.launch``)
 """
 
 from es import noise, validation
+from es.blackbox import MinimizeResult, minimize
 from es.engine import stopping
 from es.engine.ask_tell import ask, stop_reasons, tell
 from es.engine.evolution import evolve
@@ -77,6 +78,7 @@ __all__ = [
     "LowRank",
     "LowRankNoise",
     "METRIC_NAMES",
+    "MinimizeResult",
     "NoiseSource",
     "NoiseTable",
     "OpenES",
@@ -108,6 +110,7 @@ __all__ = [
     "make_mesh",
     "materialise",
     "matmul",
+    "minimize",
     "noise",
     "optimizers",
     "run",

@@ -39,7 +39,6 @@ from es.engine.execution import check_noise, check_state, resolve_execution
 from es.engine.generation import evaluates_pairs, this_generation
 from es.fitness import GivenFitness, from_host
 from es.noise import Layout
-from es.parallel.distributed import replicate
 from es.parallel.mesh import resolve_mesh
 from es.strategies.base import State, Strategy
 
@@ -62,7 +61,8 @@ def ask(strategy: Strategy, state: State, members: range | None = None, *, eval_
     layout = _checked(strategy, state, "ask")
     start, stop = _member_range(strategy, members)
     pairs = _pairs(strategy, layout, stop - start, eval_batch_size) and start % 2 == 0
-    return _ask_compiled(strategy.program(), start, stop, pairs, strategy.hyperparameters(layout.dim), state)
+    program, hp, _, _ = _prepared(strategy, layout, None, None)
+    return _ask_compiled(program, start, stop, pairs, hp, state)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
@@ -105,13 +105,9 @@ def tell(
             "receives fitnesses only; use es.evolve for a StatefulFitness, or a state made with "
             "strategy.init(key, params)."
         )
-    values = _fitness_values(strategy, fitness)
-    execution = _execution(strategy, layout, update_batch_size, stop_criteria)
-    mesh = resolve_mesh(None)
-    given = from_host(values, "es.tell")
-    state, metrics = _tell_compiled(strategy.program(), mesh, execution, strategy.hyperparameters(layout.dim),
-                                    replicate(state, mesh), given)
-    return state, jax.tree.map(lambda m: m[0], metrics)
+    given = from_host(_fitness_values(strategy, fitness), "es.tell")
+    program, hp, mesh, execution = _prepared(strategy, layout, update_batch_size, stop_criteria)
+    return _tell_compiled(program, mesh, execution, hp, state, given)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -119,9 +115,9 @@ def _tell_compiled(program, mesh, execution, hp, state, given):
     def one_generation(hp, state, given):
         return run_generations(program, GivenFitness(given), mesh, execution, 1, hp, state)
 
-    return jax.shard_map(one_generation, mesh=mesh, in_specs=(P(), P(), P()), out_specs=P(), check_vma=False)(
-        hp, state, given
-    )
+    state, metrics = jax.shard_map(one_generation, mesh=mesh, in_specs=(P(), P(), P()), out_specs=P(),
+                                   check_vma=False)(hp, state, given)
+    return state, jax.tree.map(lambda m: m[0], metrics)
 
 
 def stop_reasons(strategy: Strategy, state: State, stop_criteria: stopping.StopCriteria | None = None) -> list[str]:
@@ -157,7 +153,7 @@ def _checked(strategy: Strategy, state: State, name: str) -> Layout:
         raise TypeError(f"es.{name}: state must be an es.State from strategy.init(key, params), got "
                         f"{type(state).__name__}.")
     leaves, treedef = jax.tree.flatten(state)
-    key = (strategy, treedef, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves))
+    key = (strategy, treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves))
     try:
         return _CHECKED[key]
     except KeyError:
@@ -183,9 +179,27 @@ def _pairs(strategy: Strategy, layout: Layout, count: int, eval_batch_size) -> b
     return evaluates_pairs(strategy, count, execution.eval_batch_size)
 
 
-@functools.lru_cache(maxsize=512)
-def _execution(strategy: Strategy, layout: Layout, update_batch_size, stop_criteria):
-    return resolve_execution(strategy, layout, "fitness", None, update_batch_size, stop_criteria=stop_criteria)
+def _prepared(strategy: Strategy, layout: Layout, update_batch_size, stop_criteria):
+    """``(program, hyperparameters as arrays, mesh, execution)`` of ``tell``, made once per strategy, params
+    layout, settings and dtype (float64 under ``jax_enable_x64``)."""
+    key = (strategy, layout, update_batch_size, stop_criteria, jnp.result_type(float))
+    try:
+        return _PREPARED[key]
+    except (KeyError, TypeError):  # not yet, or an unhashable strategy
+        pass
+    execution = resolve_execution(strategy, layout, "fitness", None, update_batch_size, stop_criteria=stop_criteria)
+    hp = jax.tree.map(lambda v: jnp.asarray(v, jnp.result_type(float)), strategy.hyperparameters(layout.dim))
+    prepared = (strategy.program(), hp, resolve_mesh(None), execution)
+    try:
+        if len(_PREPARED) >= 512:
+            _PREPARED.clear()
+        _PREPARED[key] = prepared
+    except TypeError:
+        pass
+    return prepared
+
+
+_PREPARED: dict = {}
 
 
 def _fitness_values(strategy: Strategy, fitness) -> np.ndarray:

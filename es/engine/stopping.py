@@ -127,30 +127,28 @@ def record(history: History, maximize: bool, values, residual, ranked, valid) ->
     return History(*updated, history.count + any_valid.astype(jnp.int32), ranked.astype(history.last.dtype))
 
 
-def _ages(history: History) -> jax.Array:
-    """int32[length]: how many generations ago each entry was recorded (0: the last)."""
-    length = history.best.shape[0]
-    return (history.count - 1 - jnp.arange(length)) % length
+def _by_age(buffer: jax.Array, history: History) -> jax.Array:
+    """``buffer`` ordered by age: entry 0 is the last generation recorded, entry 1 the one before, ..."""
+    length = buffer.shape[0]
+    return buffer[(history.count - 1 - jnp.arange(length)) % length]
 
 
 def _recent_range(history: History, window: int) -> jax.Array:
     """The span of the best fitness over the last ``min(count, window)`` generations, at full precision."""
-    ages = _ages(history)
-    inside = ages < jnp.minimum(history.count, window)
-    newest = jnp.argmin(jnp.where(history.count > 0, ages, 0))
-    relative = (history.best - history.best[newest]) + (history.best_residual - history.best_residual[newest])
+    best, residual = _by_age(history.best, history)[:window], _by_age(history.best_residual, history)[:window]
+    inside = jnp.arange(best.shape[0]) < history.count
+    relative = (best - best[0]) + (residual - residual[0])
     return jnp.max(jnp.where(inside, relative, -jnp.inf)) - jnp.min(jnp.where(inside, relative, jnp.inf))
 
 
 def _stagnated(history: History, window: int) -> jax.Array:
     """pycma's stagnation: over the last ``window`` generations, the median of the newest 20% of the best
     (and of the median) fitnesses is no better than the median of the oldest 20%."""
-    ages = _ages(history)
     part = max(1, math.ceil(0.2 * window))
-    newest, oldest = ages < part, (ages >= window - part) & (ages < window)
 
-    def no_better(values):
-        return jnp.nanmedian(jnp.where(newest, values, jnp.nan)) <= jnp.nanmedian(jnp.where(oldest, values, jnp.nan))
+    def no_better(buffer):
+        aged = _by_age(buffer, history)
+        return jnp.median(aged[:part]) <= jnp.median(aged[window - part:window])
 
     return (history.count >= max(window, 100)) & no_better(history.best) & no_better(history.median)
 

@@ -1,0 +1,294 @@
+"""``es.minimize``: the front door for black-box optimisation, in the spirit of ``cma.fmin2`` and
+``scipy.optimize.minimize``.
+
+    result = es.minimize(lambda x: jnp.sum((x - 1) ** 2), np.zeros(10), 0.5, max_evals=5000)
+    result.x, result.fun, result.nfev, result.stop
+
+One call runs one or more *runs* of a strategy (restarts: ``es.blackbox.restarts``), in float64
+(``jax.enable_x64`` for the call), each until it meets a stopping condition (``es.engine.stopping``), and
+the whole call until ``max_evals`` (never exceeded), the ``target`` or the last run. A run reads top to
+bottom:
+
+1. a state from ``x0`` (a new key per run), the strategy resized to the run's popsize and sigma;
+2. generations: a Python callable is asked for the members one generation at a time (``es.ask``/
+   ``es.tell``), a JAX function or an ``es.HostFitness`` runs in compiled chunks of ``es.evolve``;
+3. after each generation (chunk): the best point so far, the budget, the target, the stopping conditions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from es import validation
+from es.blackbox import objective
+from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
+from es.engine import ask_tell, stopping
+from es.engine.evolution import evolve_checked
+from es.engine.execution import check_evolve_args
+from es.parallel.mesh import make_mesh
+from es.strategies import CMAES, SepCMAES
+from es.strategies.base import Strategy
+from es.strategies.cma_es import MAX_DIM
+
+PyTree = Any
+CHUNK = 20
+"""Generations per compiled ``es.evolve`` call for a JAX function or an ``es.HostFitness``."""
+
+
+class Run(NamedTuple):
+    """One run of an ``es.minimize`` call (the first, or a restart).
+
+    Attributes:
+      regime: ``"first"``, ``"large"`` or ``"small"`` (``es.blackbox.restarts``).
+      popsize, sigma: the run's population size and initial step size.
+      nfev, nit: the evaluations and generations it used.
+      fun: the best value it found.
+      stop: why it ended, in words.
+    """
+
+    regime: str
+    popsize: int
+    sigma: float
+    nfev: int
+    nit: int
+    fun: float
+    stop: str
+
+
+class MinimizeResult(NamedTuple):
+    """What ``es.minimize`` returns.
+
+    Attributes:
+      x: the best point evaluated, float64, shaped like ``x0`` (a pytree if ``x0`` is one).
+      fun: its value.
+      nfev: evaluations used (at most ``max_evals``).
+      nit: generations, over every run.
+      restarts: every run (``Run``), the first included: ``len(restarts) - 1`` restarts were made.
+      stop: why the call ended, in words.
+      success: the target was reached (``fun <= target``), or, without a target, the last run converged
+        (its scale or fitness collapsed: ``tolfun``, ``tolfunhist``, ``tolx``).
+      history: per generation, numpy arrays: ``nfev`` (evaluations so far), ``fun`` (best so far),
+        ``generation_fun`` (the generation's best), ``sigma`` (mean scale), ``popsize`` and ``run``.
+    """
+
+    x: PyTree
+    fun: float
+    nfev: int
+    nit: int
+    restarts: tuple[Run, ...]
+    stop: str
+    success: bool
+    history: dict[str, np.ndarray]
+
+
+CONVERGED = ("tolfun", "tolfunhist", "tolx")
+
+
+def minimize(
+    fun: Callable | Any,
+    x0: PyTree,
+    sigma0: float,
+    *,
+    strategy: Strategy | None = None,
+    max_evals: int,
+    target: float | None = None,
+    restarts: str | None = None,
+    seed: int = 0,
+) -> MinimizeResult:
+    """Minimise ``fun`` from ``x0`` with an evolution strategy (CMA-ES by default), with restarts.
+
+    Args:
+      fun: a JAX function of one ``x`` (evaluated inside jit, members batched
+        and sharded as in ``es.evolve``), any Python callable taking a float64
+        numpy array shaped like ``x0`` and returning a number (a ``cocoex``
+        problem, a simulator; called in this process), or an ``es.HostFitness``
+        (worker processes). See ``es.blackbox.objective``.
+      x0: the initial point: an array or a pytree of arrays (finite).
+      sigma0: the initial scale (> 0): about a quarter of the width of the
+        region where the optimum may be.
+      strategy: ``None``: ``es.CMAES`` up to ``es.strategies.cma_es.MAX_DIM``
+        parameters, ``es.SepCMAES`` above, with popsize ``4 + floor(3 ln D)``.
+        Or a strategy (e.g. ``es.SNES(popsize=32)``): its popsize is the first
+        run's, and ``minimize`` sets its ``sigma`` and ``maximize=False``.
+      max_evals: evaluations at most (never exceeded), at least the popsize.
+      target: stop once ``fun(x) <= target``.
+      restarts: ``None`` (one run), ``"ipop"`` (the popsize doubles at each
+        restart) or ``"bipop"`` (Hansen 2009: large runs alternate with runs
+        of smaller populations and step sizes); at most 9 large restarts.
+      seed: seeds every run's keys and BIPOP's draws.
+
+    Returns:
+      A ``MinimizeResult``.
+    """
+    kind, template, x0, schedule = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
+    with jax.enable_x64(True):
+        x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
+        return _Minimization(fun, kind, template, x0, max_evals, target, seed).run_all(schedule)
+
+
+class _Minimization:
+    """The state of one ``minimize`` call across its runs: the budget, the best point, the history."""
+
+    def __init__(self, fun, kind, template: Strategy, x0, max_evals: int, target, seed: int):
+        self.fun, self.kind, self.template, self.x0 = fun, kind, template, x0
+        self.max_evals, self.target, self.seed = max_evals, target, seed
+        self.nfev, self.nit = 0, 0
+        self.best_x, self.best = None, math.inf
+        self.history = {name: [] for name in ("nfev", "fun", "generation_fun", "sigma", "popsize", "run")}
+        self.runs: list[Run] = []
+
+    # ----------------------------------------------------------------- the call
+
+    def run_all(self, schedule: Schedule) -> MinimizeResult:
+        settings, used, stop = schedule.next(), 0, ""
+        while settings is not None:
+            strategy = dataclasses.replace(self.template, popsize=settings.popsize, sigma=settings.sigma,
+                                           maximize=False)
+            if self.max_evals - self.nfev < (1 if self.kind == "python" else strategy.popsize):
+                stop = f"max_evals: the budget of {self.max_evals} evaluations is spent"
+                break
+            before = (self.nfev, self.nit, self.best)
+            run_stop = self.one_run(strategy, settings, len(self.runs))
+            used = self.nfev - before[0]
+            run_best = self.best if self.best < before[2] else math.inf
+            self.runs.append(Run(settings.regime, settings.popsize, settings.sigma, used, self.nit - before[1],
+                                 run_best, run_stop))
+            stop = run_stop
+            if self.reached_target() or self.nfev >= self.max_evals:
+                break
+            settings = schedule.next(used)
+        return self.result(stop)
+
+    def one_run(self, strategy: Strategy, settings: RunSettings, index: int) -> str:
+        """Run ``strategy`` from ``x0`` until a stopping condition, the budget, the target or its generations."""
+        state = strategy.init(jax.random.fold_in(jax.random.key(self.seed), index), self.x0)
+        limit = settings.max_generations or math.inf
+        generations = 0
+        step = self.python_generation if self.kind == "python" else self.compiled_generations
+        while True:
+            state, done, stop = step(strategy, state, index, limit - generations)
+            generations += done
+            if self.reached_target():
+                return f"target: fun(x) = {self.best!r} <= target = {self.target!r}"
+            if stop:
+                return stop
+            if self.nfev >= self.max_evals or (self.kind != "python" and self.max_evals - self.nfev < strategy.popsize):
+                return f"max_evals: the budget of {self.max_evals} evaluations is spent"
+            if generations >= limit:
+                return f"max_generations: this small-population run's {int(limit)} generations are spent"
+
+    def python_generation(self, strategy: Strategy, state, index: int, left: float):
+        """One generation of a Python callable through ask/tell: ``(state, 1, stop)``."""
+        del left
+        members = ask_tell.ask(strategy, state)
+        leaves, treedef = jax.tree.flatten(jax.tree.map(np.asarray, members))
+        values = np.full((strategy.popsize,), np.nan)
+        for i in range(min(strategy.popsize, self.max_evals - self.nfev)):
+            x = jax.tree.unflatten(treedef, [leaf[i] for leaf in leaves])
+            values[i] = objective.value_of(self.fun, x, f"for member {i} of generation {self.nit}")
+            self.nfev += 1
+            if values[i] < self.best:
+                self.best, self.best_x = values[i], x
+            if self.reached_target():
+                break
+        state, metrics = ask_tell.tell(strategy, state, values)
+        generation_best = np.nanmin(values) if np.any(np.isfinite(values)) else math.nan
+        self.record(metrics, generation_best, strategy.popsize, index)
+        return state, 1, self.stop_text(strategy, int(metrics["stop"]))
+
+    def compiled_generations(self, strategy: Strategy, state, index: int, left: float):
+        """Up to ``CHUNK`` generations of a JAX function or an ``es.HostFitness`` in one compiled call."""
+        fitness = objective.as_fitness(self.fun) if self.kind == "jax" else self.fun
+        count = int(min(CHUNK, left, (self.max_evals - self.nfev) // strategy.popsize))
+        mesh, execution = check_evolve_args(strategy, fitness, state, count, make_mesh(popsize=strategy.popsize))
+        state, metrics = evolve_checked(strategy, fitness, state, count, mesh, execution)
+        metrics = jax.tree.map(np.asarray, metrics)
+        stop = ""
+        for g in range(count):
+            self.nfev += strategy.popsize
+            self.record({name: values[g] for name, values in metrics.items()}, float(metrics["fitness_min"][g]),
+                        strategy.popsize, index)
+            stop = stop or self.stop_text(strategy, int(metrics["stop"][g]))
+        if float(state.best_fitness) < self.best:
+            self.best, self.best_x = float(state.best_fitness), jax.tree.map(np.asarray, state.best_params)
+        return state, count, stop
+
+    # ----------------------------------------------------------------- bookkeeping
+
+    def record(self, metrics, generation_best: float, popsize: int, index: int) -> None:
+        self.nit += 1
+        best = min(self.best, float(metrics["best_fitness"]))
+        for name, value in (("nfev", self.nfev), ("fun", best), ("generation_fun", generation_best),
+                            ("sigma", float(metrics["sigma"])), ("popsize", popsize), ("run", index)):
+            self.history[name].append(value)
+
+    def stop_text(self, strategy: Strategy, mask: int) -> str:
+        return "; ".join(stopping.reasons(mask, self.dim, strategy.popsize)) if mask else ""
+
+    @property
+    def dim(self) -> int:
+        return sum(int(np.size(x)) for x in jax.tree.leaves(self.x0))
+
+    def reached_target(self) -> bool:
+        return self.target is not None and self.best <= self.target
+
+    def result(self, stop: str) -> MinimizeResult:
+        if self.reached_target():
+            success = True
+        else:
+            success = self.target is None and any(stop.startswith(name + ":") or f"; {name}:" in stop
+                                                  for name in CONVERGED)
+        history = {name: np.asarray(values, np.float64 if name in ("fun", "generation_fun", "sigma") else np.int64)
+                   for name, values in self.history.items()}
+        x = self.best_x if self.best_x is not None else jax.tree.map(np.asarray, self.x0)
+        return MinimizeResult(jax.tree.map(lambda a: np.asarray(a, np.float64), x), float(self.best), self.nfev,
+                              self.nit, tuple(self.runs), stop, bool(success), history)
+
+
+# --------------------------------------------------------------------------- checks, before anything runs
+
+
+def _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed):
+    """``(kind, template strategy, x0 as float64 numpy, schedule)`` or a clear error naming the argument."""
+    leaves = jax.tree.leaves(x0)
+    try:
+        arrays = [np.asarray(leaf, np.float64) for leaf in leaves]
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"es.minimize(x0=...): x0 must be an array of numbers (or a pytree of them): {error}") from None
+    if not arrays or sum(a.size for a in arrays) == 0:
+        raise ValueError("es.minimize(x0=...): x0 is empty; give the initial point, e.g. np.zeros(10).")
+    if not all(np.all(np.isfinite(a)) for a in arrays):
+        raise ValueError("es.minimize(x0=...): x0 must be finite (it holds NaN or inf); start from a feasible point.")
+    x0 = jax.tree.unflatten(jax.tree.structure(x0), arrays)
+    sigma0 = validation.check_float("es.minimize", "sigma0", sigma0, positive=True, example="0.5")
+    if restarts is not None:
+        validation.check_choice("es.minimize", "restarts", restarts, RESTARTS[1:])
+    validation.check_int("es.minimize", "seed", seed, 0)
+    if target is not None:
+        validation.check_float("es.minimize", "target", target, example="1e-8")
+    dim = sum(a.size for a in arrays)
+    if strategy is None:
+        popsize = 4 + math.floor(3 * math.log(dim))
+        template = (CMAES if dim <= MAX_DIM else SepCMAES)(popsize=popsize, sigma=sigma0, maximize=False)
+    elif isinstance(strategy, Strategy):
+        template = dataclasses.replace(strategy, sigma=sigma0, maximize=False)
+        template.hyperparameters(dim)  # refuses what the strategy cannot serve (CMAES above MAX_DIM)
+    else:
+        raise TypeError(
+            f"es.minimize(strategy={strategy!r}): strategy must be None (CMA-ES) or an es strategy such as "
+            "es.SepCMAES(popsize=16) or es.SNES(popsize=32)."
+        )
+    validation.check_int("es.minimize", "max_evals", max_evals, 1)
+    if max_evals < template.popsize:
+        raise ValueError(
+            f"es.minimize(max_evals={max_evals}): the budget must hold at least one generation of "
+            f"{template.popsize} members; use max_evals >= {template.popsize} (pycma's default is 1e3 * D**2)."
+        )
+    kind = objective.kind_of(fun, x0)
+    return kind, template, x0, Schedule(restarts, template.popsize, sigma0, seed)

@@ -1,0 +1,69 @@
+"""What ``es.minimize`` minimises: a JAX function, any Python callable, or an ``es.HostFitness``.
+
+- ``"jax"``: ``fun(x) -> scalar`` that traces (``jax.eval_shape`` succeeds on ``x0``'s shapes): evaluated
+  inside the compiled generation, members batched and sharded as ``es.evolve`` does it.
+- ``"python"``: any other callable (a ``cocoex`` problem, a simulator, numpy code): called in the calling
+  process, one member at a time, with a float64 numpy array shaped like ``x0`` (or a pytree of them).
+- ``"host"``: an ``es.HostFitness``: ``fn(params, seed)`` in worker processes.
+
+A Python callable that happens to trace as JAX code is evaluated as JAX (once traced, its Python side
+effects do not run per member); wrap it in ``es.HostFitness`` to keep it on the host in workers.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from es.host import HostFitness
+
+PyTree = Any
+KINDS = ("jax", "python", "host")
+
+
+def kind_of(fun: Any, x0: PyTree) -> str:
+    """``"jax"``, ``"python"`` or ``"host"`` (module docstring); ``TypeError`` for what is none of them, or for a
+    JAX function that does not return one real number."""
+    if isinstance(fun, HostFitness):
+        return "host"
+    if not callable(fun):
+        raise TypeError(
+            f"es.minimize(fun={fun!r}): fun must be callable as fun(x) -> float (a JAX function, any Python "
+            "callable such as a cocoex problem) or an es.HostFitness."
+        )
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), x0)
+    try:
+        out = jax.eval_shape(fun, spec)
+    except Exception:  # it does not trace: a Python callable, evaluated on numpy arrays
+        return "python"
+    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != () or not (
+            np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer)):
+        got = jax.tree.map(lambda s: f"{s.dtype}{list(s.shape)}", out)
+        raise TypeError(
+            f"es.minimize(fun=...): fun(x) must return one real number, but for x shaped like x0 it returns {got}; "
+            "reduce it to a scalar, e.g. jnp.sum(...)."
+        )
+    return "jax"
+
+
+@functools.lru_cache(maxsize=64)
+def as_fitness(fun: Callable) -> Callable:
+    """``fun(x)`` as the engine's ``fitness_fn(params, key)``: one wrapper per function (so its compiled
+    programs are reused by later calls)."""
+    return lambda params, key: fun(params)
+
+
+def value_of(fun: Callable, x: PyTree, where: str) -> float:
+    """``fun(x)`` as a float, or ``TypeError`` naming what it returned."""
+    value = fun(x)
+    array = np.asarray(value) if value is not None else np.asarray(None, object)
+    if array.shape != () or not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        shape = getattr(x, "shape", None)
+        raise TypeError(
+            f"es.minimize(fun=...): fun must return one real number; {where} (x of shape {shape}) it returned "
+            f"{value!r}. Return a float (e.g. float(np.sum(x**2))), or inf/NaN to mark a point infeasible."
+        )
+    return float(array)
