@@ -186,6 +186,18 @@ def test_two_processes_of_two_devices_match_one_process_of_four_and_of_one_devic
         assert "multiple of 2" in info["odd_mesh_error"]
 
 
+def test_the_launcher_owns_the_stage_markers_a_rank_announces(tmp_path, monkeypatch):
+    """es.run and es.distributed only announce stages; es.launch's hook turns them into its marker files."""
+    monkeypatch.setenv(launch.ENV_LAUNCH_DIR, str(tmp_path))
+    monkeypatch.setenv(es.distributed.ENV_PROCESS_ID, "1")
+    assert launch.markers_written(str(tmp_path), es.distributed.STOPPABLE, 2) == set()
+    es.distributed.announce(es.distributed.STOPPABLE)
+    assert launch.markers_written(str(tmp_path), es.distributed.STOPPABLE, 2) == {1}
+    monkeypatch.delenv(launch.ENV_LAUNCH_DIR)
+    es.distributed.announce(es.distributed.CONNECTED)  # outside es.launch: nothing is written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stoppable.1"]
+
+
 def test_launcher_passes_on_the_first_failure_and_stops_the_other_ranks():
     script = (
         "import os, sys, time\n"

@@ -86,7 +86,7 @@ def test_an_old_checkpoint_a_kill_left_half_deleted_is_removed_on_resume(tmp_pat
 
 def test_a_fresh_run_digests_its_initial_state_once(tmp_path, monkeypatch):
     digested = []
-    monkeypatch.setattr(es.runs.run, "state_digest", lambda state: digested.append(state) or "digest")
+    monkeypatch.setattr(es.runs.resume, "state_digest", lambda state: digested.append(state) or "digest")
     run(tmp_path, 4)
     assert len(digested) == 1
     run(None, 4)  # nothing written: no digest needed
@@ -280,3 +280,16 @@ def test_an_snes_run_checkpointed_before_temperature_existed_resumes_and_a_set_t
     assert int(resumed.state.generation) == 6
     with pytest.raises(es.CheckpointError, match=r"strategy.temperature is only in this run \(30.0\)"):
         es.run(es.SNES(popsize=8, sigma=0.1, temperature=30.0), sphere, state, 8, resume=True, **kwargs)
+
+
+def test_run_and_run_many_share_their_options_and_defaults():
+    import dataclasses
+    import inspect
+
+    defaults = {f.name: f.default for f in dataclasses.fields(es.runs.options.RunOptions)
+                if f.default is not dataclasses.MISSING}
+    for entry in (es.run, es.run_many):
+        shared = {name: parameter.default for name, parameter in inspect.signature(entry).parameters.items()
+                  if name in defaults}
+        assert shared == {name: default for name, default in defaults.items() if name in shared}, entry.__name__
+        assert set(defaults) - set(shared) <= {"on_start"}, entry.__name__
