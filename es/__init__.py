@@ -33,6 +33,7 @@ from es.noise.lowrank import LowRank, matmul, materialise
 from es.noise.sources import GaussianNoise, LowRankNoise, NoiseTable
 from es.parallel.distributed import is_writer
 from es.runs.run import RunResult, Segment, run, run_many
+from es.runs.storage import RunDirError
 from es.runs.seeding import init_from_seed
 from es.strategies.optimizers import ClipUpState, clipup
 from es.strategies import (
@@ -75,6 +76,7 @@ __all__ = [
     "OpenES",
     "OpenESState",
     "POPULATION_AXIS",
+    "RunDirError",
     "RunResult",
     "Segment",
     "STRATEGIES",

@@ -41,8 +41,10 @@ from jax.sharding import Mesh
 from es.engine import check_evolve_args, check_evolve_many_args, evolve_checked, evolve_many_checked
 from es.fitness.functions import adapter
 from es.parallel import distributed
+from es.runs.checkpoint import Checkpointer
 from es.runs.options import RunOptions, check_config, check_per_run, check_run_dir
 from es.runs.resume import open_runs
+from es.runs.storage import RunDirError
 from es.runs.segments import (  # noqa: F401  (what a run directory holds: the names es.run writes)
     CHECKPOINTS_NAME, CORRUPT_NAME, LOG_NAME, PARAMS_NAME, TIME_NAME, Driver, RunDir, RunResult, Segment,
     run_segments, segment_lengths,
@@ -70,6 +72,7 @@ def run(
     eval_batch_size: int | None = None,
     update_batch_size: int | None = None,
     on_segment: Callable[[Segment], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
     progress: bool = True,
     description: str = "es",
     handle_signals: bool = True,
@@ -112,6 +115,11 @@ def run(
         ``es.is_writer()`` to write from one): your own logging, evaluation
         or dashboard. An exception it raises ends the run; the checkpoint of
         that segment stays.
+      on_start: called as ``on_start(generation)`` on every process once the
+        run is accepted (every check passed; ``generation`` is where it
+        starts, 0 or the resume point) and before ``es.run`` writes anything:
+        write your own files into ``run_dir`` here (the CLI writes its
+        ``config.yaml``), so that a refused call leaves the directory as it was.
       progress: show a tqdm progress bar on stderr (process 0 only).
       description: the progress bar's label.
       handle_signals: on SIGTERM/SIGINT finish the segment, checkpoint and
@@ -119,13 +127,20 @@ def run(
         to any process stops every process after the same segment.
 
     What a resume may change: ``num_generations``, ``segment``,
-    ``keep_checkpoints``, the mesh (see above), ``on_segment``, ``progress``,
-    ``description`` and ``handle_signals``; everything else is part of the
-    run's identity.
+    ``keep_checkpoints``, the mesh (see above), ``on_segment``, ``on_start``,
+    ``progress``, ``description`` and ``handle_signals``; everything else is
+    part of the run's identity.
+
+    A refused call (``ValueError``, ``CheckpointError``) leaves ``run_dir``
+    byte for byte as it was: nothing is written before the run is accepted.
 
     Returns:
       A ``RunResult``. Raises ``CheckpointError`` (a ``ValueError``) when no
-      intact checkpoint can be resumed or it belongs to another run. An error
+      intact checkpoint can be resumed or it belongs to another run, and
+      ``es.RunDirError`` (an ``OSError``) when ``run_dir`` cannot be written
+      (no space left, read-only): it names the file and the cause, and the
+      directory is left at its newest complete checkpoint, with nothing
+      half-written, to resume once the cause is fixed. An error
       of a segment (such as ``es.FitnessError`` from an ``es.HostFitness``) is
       raised once the segments before it are logged and checkpointed, so
       ``resume=True`` continues from there. The workers of an
@@ -133,7 +148,7 @@ def run(
     """
     options = RunOptions(
         num_generations, segment, keep_checkpoints, resume, mesh, exchange, eval_batch_size, update_batch_size,
-        on_segment, None, progress, description, handle_signals,
+        on_segment, on_start, progress, description, handle_signals,
     ).check("es.run")
     check_run_dir("es.run", "run_dir", run_dir)
     check_config("es.run", "config", config)
@@ -161,6 +176,7 @@ def run_many(
     eval_batch_size: int | None = None,
     update_batch_size: int | None = None,
     on_segment: Callable[[list[Segment]], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
     progress: bool = True,
     description: str = "es",
     handle_signals: bool = True,
@@ -186,6 +202,8 @@ def run_many(
         ``config``; e.g. its seed and hyperparameters), or ``None``.
       on_segment: called after each segment with the list of every run's
         ``es.Segment``.
+      on_start: as for ``es.run``: once every run is accepted, before anything
+        is written, with the generation they all start from.
 
     Resume: each run restores its latest intact checkpoint, with every check
     ``es.run`` makes. A process killed while the runs' checkpoints of one
@@ -201,7 +219,7 @@ def run_many(
     """
     options = RunOptions(
         num_generations, segment, keep_checkpoints, resume, mesh, exchange, eval_batch_size, update_batch_size,
-        on_segment, None, progress, description, handle_signals,
+        on_segment, on_start, progress, description, handle_signals,
     ).check("es.run_many")
     count = len(strategies) if isinstance(strategies, (list, tuple)) else None
     sweep = check_evolve_many_args(strategies, fitness_fn, states, num_generations, *options.evolve_arguments())
@@ -243,6 +261,8 @@ def _run_all(driver: Driver, fitness_fn, runs: list[RunDir], states: list[State]
         try:
             start, states = open_runs(runs, states, options, name)
             results = run_segments(driver, runs, states, options, start, name, on_segment)
+        except RunDirError as error:
+            raise _left_consistent(runs, error) from error
         finally:
             for each in runs:
                 if each.checkpointer is not None:
@@ -252,3 +272,37 @@ def _run_all(driver: Driver, fitness_fn, runs: list[RunDir], states: list[State]
     finally:
         adapter(fitness_fn).close()  # an es.HostFitness stops its workers
     return results
+
+
+def _left_consistent(runs: list[RunDir], error: RunDirError) -> RunDirError:
+    """After a failed write: every run directory back at its newest complete checkpoint; the error, saying so.
+
+    The checkpoints still being written are waited for (one that fails too is removed, as the failed one
+    was), and each log is cut back to the newest complete checkpoint (cutting needs no space).
+    """
+    reached = []
+    for each in runs:
+        if each.checkpointer is None:
+            continue
+        try:
+            each.checkpointer.close()
+        except RunDirError:  # the same cause, most likely; the first error is the one reported
+            pass
+        each.checkpointer = None
+        Checkpointer.remove_partial_writes(each.run_dir / CHECKPOINTS_NAME)
+        complete = Checkpointer.generations_on_disk_of(each.run_dir / CHECKPOINTS_NAME)
+        newest = complete[-1] if complete else 0
+        reached.append(newest)
+        if each.log is not None:
+            try:
+                each.log.cut(newest)
+            except RunDirError:
+                pass
+    if not reached:
+        return error
+    where = runs[0].run_dir if len(runs) == 1 else "each run directory"
+    return error.with_context(
+        f"Nothing half-written is left: {where} holds the run up to its newest complete checkpoint "
+        f"(generation {min(reached)}). Free space or make the directory writable, then resume "
+        f"(resume=True; CLI: --resume)."
+    )
