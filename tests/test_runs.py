@@ -450,3 +450,8 @@ def test_a_read_only_run_directory_is_refused_with_the_cause_and_left_as_it_was(
     remount("rw")
     result = run(disk / "run", 8, resume=True)
     chex.assert_trees_all_equal(result.state, reference(8)[0])
+
+
+def test_run_many_of_no_runs_is_refused_in_its_own_name():
+    with pytest.raises(ValueError, match=r"^es.run_many\(strategies=\[\]\): a sweep needs at least one run"):
+        es.run_many([], sphere, [], 4)

@@ -222,6 +222,9 @@ def run_many(
         on_segment, on_start, progress, description, handle_signals,
     ).check("es.run_many")
     count = len(strategies) if isinstance(strategies, (list, tuple)) else None
+    if count == 0:
+        raise ValueError("es.run_many(strategies=[]): a sweep needs at least one run: give one strategy and one "
+                         "initial state per run (es.run runs a single one).")
     sweep = check_evolve_many_args(strategies, fitness_fn, states, num_generations, *options.evolve_arguments())
     run_dirs = check_per_run("run_dirs", run_dirs, count)
     configs = check_per_run("configs", configs, count)
