@@ -391,28 +391,6 @@ def test_run_and_run_many_share_their_options_and_defaults():
         assert set(defaults) - set(shared) <= {"on_start"}, entry.__name__
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 KiB tmpfs at ``tmp_path / "disk"`` and a function to remount it (``remount("ro")``, ``"size=8m"``);
-    skipped where mounting is not permitted."""
-    import subprocess
-
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-
-    def remount(options):
-        subprocess.run(["mount", "-o", f"remount,{options}", str(mount_point)], check=True)
-
-    try:
-        yield mount_point, remount
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
 def assert_consistent(run_dir):
     """Nothing half-written: no temporary files, and the log ends exactly at the newest complete checkpoint."""
     leftovers = [p.name for p in run_dir.rglob("*") if p.name.endswith(".tmp") or "orbax-checkpoint-tmp" in p.name]

@@ -370,23 +370,7 @@ def test_damage_anywhere_falls_back_with_one_line_per_skipped_checkpoint_and_no_
     assert sorted(p.name for p in (run_dir / "corrupt_checkpoints").iterdir()) == ["4", "6"]
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 KiB tmpfs and a function to remount it; skipped where mounting is not permitted."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield mount_point, lambda options: subprocess.run(["mount", "-o", f"remount,{options}", str(mount_point)],
-                                                          check=True)
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def test_a_full_disk_exits_74_with_one_paragraph_and_the_run_resumes_once_there_is_room(config_path, small_disk):
+def test_a_full_disk_exits_74_with_one_line_and_the_run_resumes_once_there_is_room(config_path, small_disk):
     disk, remount = small_disk
     run_dir = disk / "run"
     code, output = train_here(config_path, "--set", "run.generations=8", "--run-dir", run_dir)
