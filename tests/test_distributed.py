@@ -331,9 +331,10 @@ def test_processes_with_different_states_or_checkpoints_or_a_failing_writer_get_
                  "--", sys.executable, "-c", script, str(run_dir)),
         env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=CHILD_TIMEOUT + 10)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "[rank 0] failed: NotADirectoryError" in proc.stdout, proc.stdout
+    assert (f"[rank 0] failed: RunDirError cannot write {run_dir}-file/run/checkpoints: Not a directory."
+            in proc.stdout), proc.stdout
     assert (f"[rank 1] failed: CheckpointError process 0 cannot start the run in {run_dir}-file/run: "
-            "NotADirectoryError") in proc.stdout, proc.stdout
+            "RunDirError: cannot write") in proc.stdout, proc.stdout
     resumed = {}
     for rank in (0, 1):
         assert f"[rank {rank}] refused: es.evolve: processes [1] hold a different state" in proc.stdout, proc.stdout
