@@ -36,6 +36,7 @@ from es.parallel.mesh import POPULATION_AXIS, make_mesh
 from es.runs import checkpoint
 from es.runs.checkpoint import CheckpointError, CheckpointWarning, load_params
 from es.runs.run import RunResult, Segment, run, run_many
+from es.runs.storage import RunDirError
 from es.runs.seeding import init_from_seed
 from es.strategies import (
     ARS, CMAES, PGPE, SNES, STRATEGIES, ARSState, CMAESState, OpenES, OpenESState, PGPEState, SepCMAES,
@@ -86,6 +87,7 @@ __all__ = [
     "PerCoordinate",
     "Private",
     "POPULATION_AXIS",
+    "RunDirError",
     "RunResult",
     "Segment",
     "STRATEGIES",

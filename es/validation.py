@@ -59,6 +59,24 @@ def check_int(owner: str, name: str, value, minimum: int | None = None, why: str
     return int(value)
 
 
+# The largest population a run may have. Members are numbered by int32 indices (their noise, their slot in
+# the fitness vector), and the engine combines two indices (an antithetic pair's, an offset) without
+# overflow up to here; a larger population cannot run by construction (its fitness vector alone would
+# take 4 GiB per float32 array).
+MAX_POPSIZE = 2**30
+
+
+def check_popsize(owner: str, value, minimum: int = 2) -> int:
+    """``value`` as a population size: an int in ``[minimum, MAX_POPSIZE]``; checks only the number (no array)."""
+    popsize = check_int(owner, "popsize", value, minimum, "the update compares members")
+    if popsize > MAX_POPSIZE:
+        raise ValueError(
+            f"{call(owner, 'popsize', value)}: popsize must be at most {MAX_POPSIZE:,} (2**30): members are "
+            "numbered by int32 indices. Split a larger population into several runs (es.evolve_many)."
+        )
+    return popsize
+
+
 def check_optional_int(owner: str, name: str, value, minimum: int = 1) -> int | None:
     """``None`` (automatic) or an int >= ``minimum``."""
     if value is None:

@@ -403,14 +403,25 @@ def _check_optimizer(where: str, value: Any) -> dict:
     if name not in names:
         raise ConfigError(f"{where}.name: unknown optimizer {name!r}; valid optimizers: {names}{_suggest(name, names)}")
     kwargs = {k: v for k, v in value.items() if k != "name"}
-    for key, arg in kwargs.items():
-        if isinstance(arg, dict):
-            _check_schedule(f"{where}.{key}", arg)
     from es.strategies import optimizers
 
     factory = optimizers.factory(name)
     _bind(where, f"{factory.__module__.split('.')[0]}.{name}", factory, kwargs)
+    parameters = inspect.signature(factory).parameters
+    for key, arg in kwargs.items():
+        if isinstance(arg, dict):
+            _check_schedule(f"{where}.{key}", arg)
+        elif _numeric_argument(parameters[key]) and (isinstance(arg, bool) or not isinstance(arg, numbers.Real)):
+            raise ConfigError(f"{where}.{key} must be a number or a schedule {{schedule: NAME, ...}} (an argument "
+                              f"of {name}), got {arg!r} ({_type_name(arg)}).")
     return value
+
+
+def _numeric_argument(parameter: inspect.Parameter) -> bool:
+    """Whether an optimizer argument takes a number: it is required (the learning rate) or its default is one."""
+    if parameter.default is inspect.Parameter.empty:
+        return parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    return isinstance(parameter.default, numbers.Real) and not isinstance(parameter.default, bool)
 
 
 def _check_noise(where: str, value: Any) -> dict:
@@ -583,6 +594,10 @@ def build(config: dict, inject_hyperparams: bool = False) -> Experiment:
     except (TypeError, ValueError) as error:
         raise ConfigError(f"task.options: {error}") from None
     name = strategy_config["name"]
+    try:  # before anything is built that has the population's size
+        es.validation.check_popsize(f"es.{name}", strategy_config["popsize"])
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"strategy.popsize: {error}") from None
     kwargs = {}
     for key, field in strategy_schema(name).items():
         where, value = f"strategy.{key}", strategy_config[key]
@@ -657,19 +672,22 @@ def _check_run(run: dict) -> None:
 
 
 def check_update_traces(strategy, state) -> None:
-    """Trace (without compiling) one update of ``strategy`` from ``state``, so bad optimizer arguments fail here."""
+    """Trace (without compiling) one update of ``strategy`` from ``state``, so bad optimizer arguments fail here.
+
+    Shapes only: the update's inputs are ``jax.ShapeDtypeStruct``s under ``jax.eval_shape``, so the check
+    allocates nothing in proportion to the population or the params.
+    """
     import jax
     import jax.numpy as jnp
 
     import es
 
-    popsize = strategy.popsize
-    dim = es.engine.num_params(state.params)
-    zeros = jnp.zeros((popsize,), jnp.float32)
-    coefficients = es.Coefficients(zeros, zeros if strategy.uses_squares else None)
-    sums = es.Sums(jnp.zeros((dim,), jnp.float32), jnp.zeros((dim,), jnp.float32) if strategy.uses_squares else None)
+    members = jax.ShapeDtypeStruct((strategy.popsize,), jnp.float32)
+    coordinates = jax.ShapeDtypeStruct((es.engine.num_params(state.params),), jnp.float32)
+    coefficients = es.Coefficients(members, members if strategy.uses_squares else None)
+    sums = es.Sums(coordinates, coordinates if strategy.uses_squares else None)
     try:
-        jax.eval_shape(lambda s: strategy.update(s, coefficients, sums), state)
+        jax.eval_shape(strategy.update, state, coefficients, sums)
     except Exception as error:  # optax raises many types for bad hyperparameters
         raise ConfigError(f"strategy: one update step fails with these settings: {error}") from None
 
@@ -697,3 +715,9 @@ def identity(config: dict) -> dict:
     any of them differs. Every other ``run`` key may change on resume.
     """
     return {"task": config["task"], "strategy": config["strategy"], "seed": config["run"]["seed"]}
+
+
+def from_identity(identity: dict, run: dict | None = None) -> dict:
+    """The raw config whose ``identity`` is ``identity`` (task, strategy section, seed), with ``run`` keys added;
+    every other ``run`` key is left to its default."""
+    return {"task": identity["task"], "strategy": identity["strategy"], "run": {"seed": identity["seed"], **(run or {})}}

@@ -37,10 +37,19 @@ and prints, and ``--resume`` works the same (every process reads the
 checkpoint). A signal to the launcher or to any process stops every process
 after the same segment.
 
+``--resume RUN_DIR`` also works when ``RUN_DIR/config.yaml`` is lost: with
+a CONFIG, that config (checked against the checkpoints); without one, the
+task, strategy, seed and batch sizes recorded in the newest intact
+checkpoint, every other ``run`` key at its default (``--set`` them). The
+config is written back once the resume is accepted.
+
 Exit status: 0 the run is complete; 2 a bad config or argument, or a
-checkpoint that was refused (nothing ran); 130 / 143 stopped by SIGINT /
-SIGTERM after checkpointing the segment in progress (continue with
-``--resume RUN_DIR``); 1 anything else.
+checkpoint that was refused (nothing ran, and the run directory is byte for
+byte as it was); 74 the run directory cannot be written (no space left, a
+read-only file system: the message names the file and the cause; nothing
+half-written is left, and ``--resume RUN_DIR`` continues once it is fixed);
+130 / 143 stopped by SIGINT / SIGTERM after checkpointing the segment in
+progress (continue with ``--resume RUN_DIR``); 1 anything else.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ import os
 import pathlib
 import sys
 import time
+import warnings
 
 from experiments import config as config_lib
 from experiments import grid
@@ -58,6 +68,7 @@ from experiments.devices import emulate_cpu_devices
 
 CONFIG_NAME = "config.yaml"
 EXIT_BAD_INPUT = 2
+EXIT_CANNOT_WRITE = 74  # sysexits.h EX_IOERR: the run directory cannot be written (no space left, read-only)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -91,11 +102,12 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
     if args.resume is not None:
         run_dir = pathlib.Path(args.resume)
         stored_path = run_dir / CONFIG_NAME
-        if not stored_path.is_file():
-            raise config_lib.ConfigError(
-                f"--resume {run_dir}: no {CONFIG_NAME} there; give the run directory experiments.train created."
-            )
-        stored = config_lib.resolve(config_lib.load(stored_path))
+        if stored_path.is_file():
+            stored = config_lib.resolve(config_lib.load(stored_path))
+        elif run_dir.is_dir():  # lost: the checkpoints hold what determines the run (checked again on resume)
+            stored = config_lib.resolve(_config_from_checkpoint(run_dir))
+        else:
+            raise config_lib.ConfigError(f"--resume {run_dir}: no such run directory.")
         base = config_lib.resolve(config_lib.load(args.config)) if args.config else stored
         config = config_lib.resolve(config_lib.apply_overrides(base, args.overrides))
         _check_same_identity(run_dir, stored, config)
@@ -103,6 +115,39 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
     config = config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(config_lib.load(args.config)),
                                                             args.overrides))
     return new_run_dir(args), config, False
+
+
+def _config_from_checkpoint(run_dir: pathlib.Path) -> dict:
+    """The config of a run whose ``config.yaml`` is lost, from its newest intact checkpoint's metadata.
+
+    The checkpoint holds what determines the run (``config_lib.identity``: task, strategy section, seed)
+    and the batch sizes; the other ``run`` keys take their defaults (``--set`` changes them, e.g.
+    ``run.generations``). ``es.run`` then checks this config against the checkpoint it resumes from.
+    """
+    from es.runs.checkpoint import CheckpointError, Checkpointer
+    from es.runs.run import CHECKPOINTS_NAME
+
+    checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, writer=False)
+    try:
+        reasons = []
+        for generation in reversed(checkpointer.generations()):
+            try:
+                identity = checkpointer.record(generation)["config"]
+            except CheckpointError as error:
+                reasons.append(str(error))
+                continue
+            execution = identity["execution"]
+            run = {key: execution[key] for key in ("eval_batch_size", "update_batch_size") if key in execution}
+            if "gradient_exchange_devices" in execution:
+                run.update(exchange="gradient", num_devices=execution["gradient_exchange_devices"])
+            return config_lib.from_identity(identity["config"], run)
+    finally:
+        checkpointer.close()
+    why = f": {'; '.join(reasons)}" if reasons else ""
+    raise config_lib.ConfigError(
+        f"--resume {run_dir}: no {CONFIG_NAME} there and no intact checkpoint to rebuild it from{why}; give the "
+        "run directory experiments.train created."
+    )
 
 
 def new_run_dir(args: argparse.Namespace) -> pathlib.Path:
@@ -189,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import es
 
+    warnings.showwarning = _one_line_checkpoint_warnings(warnings.showwarning)
+
     try:  # joins the other processes under es.launch or srun; nothing in a plain process
         es.distributed.initialize()
     except ValueError as error:
@@ -213,24 +260,29 @@ def _train(args, run_dir, config, resuming, task, strategy, fitness, state, mesh
     import es
 
     run = config["run"]
-    writer = es.is_writer()
-    if writer:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(run_dir / CONFIG_NAME, config_lib.dump(config))
-        print(_header(config, strategy, mesh) + f"\nrun dir: {run_dir}" + (" (resuming)" if resuming else ""),
-              flush=True)
+
+    def on_start(generation: int) -> None:  # accepted: now the run directory may change
+        if es.is_writer():
+            _write_atomically(run_dir / CONFIG_NAME, config_lib.dump(config), make_parents=True)
+            print(_header(config, strategy, mesh) + f"\nrun dir: {run_dir}" + _resuming(resuming, generation),
+                  flush=True)
+
     start = time.perf_counter()
     try:
         result = es.run(
             strategy, fitness, state, run["generations"], run_dir=run_dir, segment=run["segment"],
             keep_checkpoints=run["keep_checkpoints"], config=config_lib.identity(config), resume=resuming,
-            mesh=mesh, progress=not args.no_progress, description=config["task"]["name"], **execution(config),
+            mesh=mesh, progress=not args.no_progress, description=config["task"]["name"], on_start=on_start,
+            **execution(config),
         )
+        if es.is_writer():
+            _report(run_dir, result, time.perf_counter() - start)
     except es.CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if writer:
-        _report(run_dir, result, time.perf_counter() - start)
+    except es.RunDirError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CANNOT_WRITE
     return 0 if result.completed else 128 + result.stopped_by
 
 
@@ -239,32 +291,56 @@ def _train_sweep(args, sweep_dir, base, seeds, axes, runs, resuming, strategies,
     import es
 
     run = base["run"]
-    writer = es.is_writer()
     run_dirs = [sweep_dir / each.name for each in runs]
-    if writer:
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(sweep_dir / grid.SWEEP_NAME, grid.manifest(base, seeds, axes, runs))
-        for each, run_dir in zip(runs, run_dirs):
-            run_dir.mkdir(exist_ok=True)
-            _write_atomically(run_dir / CONFIG_NAME, config_lib.dump(each.config))
-        settings = len(runs) // len(seeds)
-        print(_header(base, strategies[0], mesh) + f"\n{len(runs)} runs in one program: seeds "
-              f"{','.join(map(str, seeds))}" + (f" x {settings} settings of {', '.join(axes)}" if axes else "")
-              + f"\nsweep dir: {sweep_dir}" + (" (resuming)" if resuming else ""), flush=True)
+
+    def on_start(generation: int) -> None:  # accepted: now the sweep directory may change
+        if es.is_writer():
+            _write_atomically(sweep_dir / grid.SWEEP_NAME, grid.manifest(base, seeds, axes, runs), make_parents=True)
+            for each, run_dir in zip(runs, run_dirs):
+                _write_atomically(run_dir / CONFIG_NAME, config_lib.dump(each.config), make_parents=True)
+            settings = len(runs) // len(seeds)
+            print(_header(base, strategies[0], mesh) + f"\n{len(runs)} runs in one program: seeds "
+                  f"{','.join(map(str, seeds))}" + (f" x {settings} settings of {', '.join(axes)}" if axes else "")
+                  + f"\nsweep dir: {sweep_dir}" + _resuming(resuming, generation), flush=True)
+
     start = time.perf_counter()
     try:
         results = es.run_many(
             strategies, fitness, states, run["generations"], run_dirs=run_dirs, segment=run["segment"],
             keep_checkpoints=run["keep_checkpoints"], configs=[config_lib.identity(each.config) for each in runs],
             resume=resuming, mesh=mesh, progress=not args.no_progress,
-            description=f"{base['task']['name']} x{len(runs)}", **execution(base),
+            description=f"{base['task']['name']} x{len(runs)}", on_start=on_start, **execution(base),
         )
+        if es.is_writer():
+            _report_sweep(sweep_dir, runs, results, time.perf_counter() - start)
     except es.CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if writer:
-        _report_sweep(sweep_dir, runs, results, time.perf_counter() - start)
+    except es.RunDirError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CANNOT_WRITE
     return 0 if results[0].completed else 128 + results[0].stopped_by
+
+
+def _one_line_checkpoint_warnings(show):
+    """``warnings.showwarning`` that prints an ``es.CheckpointWarning`` (a checkpoint skipped) as one line."""
+    import es
+
+    if getattr(show, "one_line_checkpoint_warnings", False):
+        return show
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, es.CheckpointWarning):
+            print(f"warning: {message}", file=sys.stderr if file is None else file, flush=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    showwarning.one_line_checkpoint_warnings = True
+    return showwarning
+
+
+def _resuming(resuming: bool, generation: int) -> str:
+    return f" (resuming at generation {generation})" if resuming else ""
 
 
 def _header(config: dict, strategy, mesh) -> str:
@@ -322,10 +398,27 @@ def _prepare_sweep(args: argparse.Namespace):
     return None, (sweep_dir, base, seeds, axes, runs, resuming, strategies, task.fitness, states, mesh)
 
 
-def _write_atomically(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _write_atomically(path: pathlib.Path, text: str, make_parents: bool = False) -> None:
+    """``path`` written whole or not at all (``es.RunDirError`` naming it and the cause otherwise)."""
+    from es.runs import storage
+
+    if make_parents:
+        with storage.writing(path.parent):
+            path.parent.mkdir(parents=True, exist_ok=True)
+    storage.write_atomically(path, text)
+
+
+def _plot(plot, output: pathlib.Path, *args) -> None:
+    """``plot(*args, output)`` into a temporary file, renamed into place: a plot is whole or absent."""
+    from es.runs import storage
+
+    tmp = output.with_name(output.stem + ".tmp" + output.suffix)
+    try:
+        with storage.writing(output):
+            plot(*args, tmp)
+            os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _report(run_dir: pathlib.Path, result, seconds: float) -> None:
@@ -334,7 +427,7 @@ def _report(run_dir: pathlib.Path, result, seconds: float) -> None:
     generations = int(result.state.generation)
     written = [CONFIG_NAME, f"metrics.jsonl ({generations} lines)", "checkpoints/"]
     if generations:
-        plot_runs([run_dir], run_dir / CURVE_NAME)
+        _plot(plot_runs, run_dir / CURVE_NAME, [run_dir])
         written.append(CURVE_NAME)
     if result.completed:
         written.insert(3, "params.npz")
@@ -358,8 +451,8 @@ def _report_sweep(sweep_dir: pathlib.Path, runs: list, results: list, seconds: f
     generations = int(results[0].state.generation)
     if generations:
         for each in runs:
-            plot_runs([sweep_dir / each.name], sweep_dir / each.name / CURVE_NAME)
-        plot_sweep(grid.groups(sweep_dir), sweep_dir / grid.COMPARISON_NAME)
+            _plot(plot_runs, sweep_dir / each.name / CURVE_NAME, [sweep_dir / each.name])
+        _plot(plot_sweep, sweep_dir / grid.COMPARISON_NAME, grid.groups(sweep_dir))
     if results[0].completed:
         print(f"done: {len(runs)} runs of {generations} generations in {seconds:.1f} s")
     else:

@@ -27,3 +27,25 @@ def rastrigin(x, key):
     """Negated Rastrigin function (maximum 0 at x = 0)."""
     del key
     return -(10.0 * x.size + jnp.sum(x**2 - 10.0 * jnp.cos(2 * jnp.pi * x)))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs at ``tmp_path / "disk"`` and a function to remount it (``remount("ro")``, ``"size=8m"``);
+    skipped where mounting is not permitted."""
+    import subprocess
+
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+
+    def remount(options):
+        subprocess.run(["mount", "-o", f"remount,{options}", str(mount_point)], check=True)
+
+    try:
+        yield mount_point, remount
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)

@@ -74,6 +74,9 @@ def test_schedules_map_to_optax_and_reach_optimizer_arguments():
         (["task.name=cartpol"], ["task.name: 'cartpol' is not valid", "'sphere'"]),
         (["strategy.optimizer.name=adamm"], ["unknown optimizer 'adamm'", "'sgd'", "did you mean 'adam'"]),
         (["strategy.optimizer.lr=0.1"], ["strategy.optimizer", "'lr'", "'learning_rate'"]),
+        (["strategy.optimizer.learning_rate=fast"], ["strategy.optimizer.learning_rate must be a number or a "
+                                                     "schedule", "got 'fast' (str)"]),
+        (["strategy.optimizer.b1=high"], ["strategy.optimizer.b1 must be a number", "'high'"]),
         (["strategy.sigma={schedule: cosine, init_value: 1.0}"], ["unknown schedule 'cosine'", "'cosine_decay'"]),
         (["strategy.sigma={schedule: cosine_decay, init_value: 1.0}"], ["strategy.sigma", "'decay_steps'"]),
         (["strategy.sigma={init_value: 1.0}"], ["strategy.sigma", "without 'schedule'"]),
@@ -99,6 +102,8 @@ def test_bad_keys_and_values_are_named_with_the_valid_choices(overrides, fragmen
     [
         (["task.options.dims=3"], ["task.options", "['dims']", "['dim']"]),
         (["strategy.popsize=7"], ["strategy", "popsize", "even"]),
+        (["strategy.popsize=2147483648"], ["strategy.popsize", "popsize must be at most 1,073,741,824 (2**30)"]),
+        (["strategy.popsize=1000000000000"], ["strategy.popsize", "popsize must be at most 1,073,741,824"]),
         (["strategy.weight_decay=-1"], ["weight_decay", ">= 0"]),
         (["strategy.sigma={schedule: cosine_decay, init_value: 1.0, decay_steps: 20}", "run.generations=40"],
          ["strategy.sigma", "0 at generation 20", "alpha > 0"]),

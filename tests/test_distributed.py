@@ -186,6 +186,18 @@ def test_two_processes_of_two_devices_match_one_process_of_four_and_of_one_devic
         assert "multiple of 2" in info["odd_mesh_error"]
 
 
+def test_the_launcher_owns_the_stage_markers_a_rank_announces(tmp_path, monkeypatch):
+    """es.run and es.distributed only announce stages; es.launch's hook turns them into its marker files."""
+    monkeypatch.setenv(launch.ENV_LAUNCH_DIR, str(tmp_path))
+    monkeypatch.setenv(es.distributed.ENV_PROCESS_ID, "1")
+    assert launch.markers_written(str(tmp_path), es.distributed.STOPPABLE, 2) == set()
+    es.distributed.announce(es.distributed.STOPPABLE)
+    assert launch.markers_written(str(tmp_path), es.distributed.STOPPABLE, 2) == {1}
+    monkeypatch.delenv(launch.ENV_LAUNCH_DIR)
+    es.distributed.announce(es.distributed.CONNECTED)  # outside es.launch: nothing is written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stoppable.1"]
+
+
 def test_launcher_passes_on_the_first_failure_and_stops_the_other_ranks():
     script = (
         "import os, sys, time\n"
@@ -319,9 +331,10 @@ def test_processes_with_different_states_or_checkpoints_or_a_failing_writer_get_
                  "--", sys.executable, "-c", script, str(run_dir)),
         env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=CHILD_TIMEOUT + 10)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "[rank 0] failed: NotADirectoryError" in proc.stdout, proc.stdout
+    assert (f"[rank 0] failed: RunDirError cannot write {run_dir}-file/run/checkpoints: Not a directory."
+            in proc.stdout), proc.stdout
     assert (f"[rank 1] failed: CheckpointError process 0 cannot start the run in {run_dir}-file/run: "
-            "NotADirectoryError") in proc.stdout, proc.stdout
+            "RunDirError: cannot write") in proc.stdout, proc.stdout
     resumed = {}
     for rank in (0, 1):
         assert f"[rank {rank}] refused: es.evolve: processes [1] hold a different state" in proc.stdout, proc.stdout

@@ -272,3 +272,126 @@ def test_any_strategy_trains_and_resumes_from_the_cli(config_path, tmp_path):
     assert code == 0, output
     assert "done: 6 generations" in output and checkpoints(run_dir)[-1] == 6
     assert "name: PGPE" in (run_dir / "config.yaml").read_text()
+
+
+# --------------------------------------------------------------------------- the run directory is the user's data
+
+def snapshot(directory):
+    """Every file under ``directory`` (path -> bytes) and every directory: to compare byte for byte."""
+    return {str(p.relative_to(directory)): p.read_bytes() if p.is_file() else None for p in directory.rglob("*")}
+
+
+def train_here(*args):
+    """experiments.train in this process (8 emulated devices): ``(exit status, stdout + stderr)``."""
+    import contextlib
+    import io
+
+    from experiments import train as train_module
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = train_module.main([*map(str, args), "--no-progress"])
+    return code, out.getvalue() + err.getvalue()
+
+
+def test_a_refused_resume_leaves_the_run_directory_byte_for_byte(config_path, tmp_path):
+    run_dir = tmp_path / "run"
+    assert train_here(config_path, "--set", "run.generations=6", "--run-dir", run_dir)[0] == 0
+    before = snapshot(run_dir)
+    for flags, message in [(["--set", "run.generations=4"], "already done 6 generations"),
+                           (["--set", "strategy.sigma=0.2"], "strategy.sigma: the run has 0.1, now has 0.2"),
+                           ([config_path, "--set", "run.seed=3"], "seed: the run has 0, now has 3")]:
+        code, output = train_here("--resume", run_dir, *flags)
+        assert code == 2 and message in output and "Traceback" not in output, output
+        assert snapshot(run_dir) == before, flags
+    code, output = train_here("--resume", run_dir, "--set", "run.generations=8")  # the next resume is unaffected
+    assert code == 0 and "resuming at generation 6" in output, output
+
+
+def test_a_refused_sweep_resume_leaves_the_sweep_directory_byte_for_byte(config_path, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    assert train_here(config_path, "--seeds", "0-1", "--set", "run.generations=4", "--run-dir", sweep_dir)[0] == 0
+    before = snapshot(sweep_dir)
+    code, output = train_here("--resume", sweep_dir, "--set", "run.generations=2")
+    assert code == 2 and "already done 4 generations" in output, output
+    assert snapshot(sweep_dir) == before
+
+
+def test_a_run_whose_config_yaml_is_lost_resumes_from_its_checkpoints(config_path, tmp_path):
+    run_dir, straight = tmp_path / "run", tmp_path / "straight"
+    assert train_here(config_path, "--set", "run.generations=8", "--run-dir", straight)[0] == 0
+    assert train_here(config_path, "--set", "run.generations=4", "--run-dir", run_dir)[0] == 0
+    (run_dir / "config.yaml").unlink()
+    code, output = train_here("--resume", run_dir, config_path, "--set", "run.generations=6")  # with the CONFIG
+    assert code == 0, output
+    assert "generations: 6" in (run_dir / "config.yaml").read_text()  # restored once the resume was accepted
+    (run_dir / "config.yaml").unlink()
+    code, output = train_here("--resume", run_dir, "--set", "run.generations=8")  # rebuilt from the checkpoint
+    assert code == 0, output
+    assert metric_rows(run_dir)[0] == metric_rows(straight)[0]
+    assert params(run_dir)["params"].tobytes() == params(straight)["params"].tobytes()
+    restored = (run_dir / "config.yaml").read_text()
+    assert "name: sphere" in restored and "learning_rate: 0.05" in restored
+
+
+def test_a_popsize_too_large_by_construction_is_refused_at_once_without_allocating(config_path, tmp_path):
+    import resource
+
+    for popsize in (2**31, 10**12):
+        high_water = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+        start = time.monotonic()
+        code, output = train_here(config_path, "--set", f"strategy.popsize={popsize}", "--run-dir", tmp_path / "x")
+        assert code == 2 and "popsize must be at most 1,073,741,824" in output, output
+        assert time.monotonic() - start < 5
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - high_water < 100 * 1024
+    assert not (tmp_path / "x").exists()
+
+
+def test_damage_anywhere_falls_back_with_one_line_per_skipped_checkpoint_and_no_orbax_noise(config_path,
+                                                                                             reference, tmp_path):
+    run_dir = tmp_path / "damaged"
+    code, output = finish(train(config_path, "--set", "run.generations=6", "--set", "run.keep_checkpoints=3",
+                                "--run-dir", run_dir))
+    assert code == 0, output
+    for data in (run_dir / "checkpoints" / "6" / "arrays").rglob("*"):  # 6: arrays unreadable
+        if data.is_file() and data.parent.name == "d":
+            data.write_bytes(b"\x00garbage" * 8)
+    meta = run_dir / "checkpoints" / "4" / "meta" / "metadata"  # 4: a flip that still parses
+    meta.write_text(meta.read_text().replace('"maximize"', '"maxymize"'))
+    code, output = finish(train("--resume", run_dir, "--set", "run.generations=6"))
+    assert code == 0, output
+    warned = [line for line in output.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 2, output
+    assert "checkpoints/6 is corrupt: its arrays cannot be read" in warned[0]
+    assert "checkpoints/4 is corrupt: its metadata does not match its checksum" in warned[1]
+    assert all("resuming from the previous intact checkpoint" in line and "(generation 2)" in line for line in warned)
+    assert "Traceback" not in output and "Event loop is closed" not in output, output
+    assert metric_rows(run_dir)[0] == metric_rows(reference)[0][:6]  # generations 2..6 run again, identical
+    assert sorted(p.name for p in (run_dir / "corrupt_checkpoints").iterdir()) == ["4", "6"]
+
+
+def test_a_full_disk_exits_74_with_one_line_and_the_run_resumes_once_there_is_room(config_path, small_disk):
+    disk, remount = small_disk
+    run_dir = disk / "run"
+    code, output = train_here(config_path, "--set", "run.generations=8", "--run-dir", run_dir)
+    assert code == 74, output
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and f"cannot write {run_dir}/" in errors[0] and "No space left on device" in errors[0]
+    assert "--resume" in errors[0] and "Traceback" not in output and "ERROR:absl" not in output, output
+    assert not [p for p in run_dir.rglob("*") if p.name.endswith(".tmp") or "orbax-checkpoint-tmp" in p.name]
+    remount("size=8m")
+    code, output = train_here("--resume", run_dir, config_path, "--set", "run.generations=8")
+    assert code == 0, output
+    assert [row["generation"] for row in metric_rows(run_dir)[0]] == list(range(8))
+
+
+def test_a_read_only_run_directory_exits_74_and_is_left_as_it_was(config_path, small_disk):
+    disk, remount = small_disk
+    remount("size=8m")
+    run_dir = disk / "run"
+    assert train_here(config_path, "--set", "run.generations=4", "--run-dir", run_dir)[0] == 0
+    remount("ro")
+    before = snapshot(run_dir)
+    code, output = train_here("--resume", run_dir, "--set", "run.generations=6")
+    assert code == 74 and f"cannot write {run_dir}/config.yaml: Read-only file system." in output, output
+    assert snapshot(run_dir) == before

@@ -29,7 +29,7 @@ import hashlib
 import ipaddress
 import os
 import signal
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -48,7 +48,6 @@ ENV_PROCESS_ID = "ES_PROCESS_ID"
 ENV_INITIALIZATION_TIMEOUT = "ES_INITIALIZATION_TIMEOUT"  # seconds for every process to connect
 ENV_HEARTBEAT_TIMEOUT = "ES_HEARTBEAT_TIMEOUT"  # seconds without heartbeat before a peer counts as dead
 ENV_SHUTDOWN_TIMEOUT = "ES_SHUTDOWN_TIMEOUT"  # seconds a finished process waits for the others at exit
-ENV_LAUNCH_DIR = "ES_LAUNCH_DIR"  # es.launch's marker directory (which ranks reached initialize)
 
 # JAX cluster detectors tried by default: they read only the environment (or TPU metadata on TPU VMs).
 AUTO_DETECTED_CLUSTERS = ("slurm", "ompi", "gcetpu", "gketpu")
@@ -152,7 +151,7 @@ def initialize(
     if coordinator_bind_address is None and coordinator_address is not None and _is_loopback(coordinator_address):
         coordinator_bind_address = coordinator_address
     _check_backend_not_started()
-    mark_launch("initializing")
+    announce(INITIALIZING)
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
         num_processes=num_processes,
@@ -166,7 +165,7 @@ def initialize(
         heartbeat_timeout_seconds=_timeout(heartbeat_timeout, ENV_HEARTBEAT_TIMEOUT, DEFAULT_HEARTBEAT_TIMEOUT),
         shutdown_timeout_seconds=_timeout(shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT),
     )
-    mark_launch("connected")
+    announce(CONNECTED)
     return ProcessGroup(jax.process_index(), jax.process_count(), coordinator_address, source)
 
 
@@ -315,12 +314,25 @@ def _timeout(value: int | None, env_name: str, default: int) -> int:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def mark_launch(stage: str) -> None:
-    """Tell ``es.launch`` (if it started us) that this rank reached ``stage``."""
-    directory = os.environ.get(ENV_LAUNCH_DIR)
-    if directory and os.path.isdir(directory):
-        with open(os.path.join(directory, f"{stage}.{os.environ.get(ENV_PROCESS_ID, '0')}"), "w"):
-            pass
+# The stages a process announces to whoever supervises it (``announce``): ``es.launch`` registers the hook
+# that records them (``es/parallel/launch.py``: which ranks reached ``initialize``, which stop cleanly on a signal).
+INITIALIZING = "initializing"  # about to join the other processes
+CONNECTED = "connected"  # joined them
+STOPPABLE = "stoppable"  # SIGTERM/SIGINT now finish the segment in progress and checkpoint (es.run's handlers)
+
+_stage_hooks: list[Callable[[str], None]] = []
+
+
+def add_stage_hook(hook: Callable[[str], None]) -> None:
+    """Call ``hook(stage)`` whenever this process ``announce``s a stage."""
+    if hook not in _stage_hooks:
+        _stage_hooks.append(hook)
+
+
+def announce(stage: str) -> None:
+    """Tell whoever supervises this process (the hooks of ``add_stage_hook``) that it reached ``stage``."""
+    for hook in _stage_hooks:
+        hook(stage)
 
 
 # --------------------------------------------------------------------------- who am I
@@ -378,6 +390,36 @@ def all_processes(name: str, value: str = "") -> list[str]:
             f"{AGREEMENT_TIMEOUT_S:g} s, or one of them failed: {error}"
         ) from error
     return [entries[f"{prefix}{r}"] for r in range(count)]
+
+
+def agree_on_outcome(name: str, step: Callable[[], Any], summary: Callable[[Any], str] = lambda value: "",
+                     peer_failed: Callable[[int, str], Exception] | None = None) -> tuple[Any, list[str]]:
+    """Run ``step()`` on every process and exchange how it went: ``(its value, every process's summary)``.
+
+    The pattern of a step that may fail on some processes only (reading a checkpoint, opening a directory):
+    every process reaches the exchange whatever happened, so none waits for one that will never come. A
+    process whose step raised re-raises its own error after the exchange; the others raise
+    ``peer_failed(process, "<ErrorType>: <message>")`` for the first process that failed (default: a
+    ``RuntimeError`` naming it). ``summary(value)`` is what a process tells the others when its step
+    succeeded (one short string; e.g. where it will resume); the summaries come back in process order.
+    """
+    try:
+        value = step()
+        outcome = f"ok {summary(value)}"
+    except Exception as error:  # whatever the step raises: every process must reach the exchange
+        value, outcome = error, f"error {type(error).__name__}: {error}"
+    everyone = all_processes(name, outcome)
+    if isinstance(value, Exception):
+        raise value
+    failed = [(p, text[len("error "):]) for p, text in enumerate(everyone) if text.startswith("error ")]
+    if failed:
+        process, text = failed[0]
+        raise (peer_failed or _peer_failed)(process, text)
+    return value, [text[len("ok "):] for text in everyone]
+
+
+def _peer_failed(process: int, text: str) -> Exception:
+    return RuntimeError(f"process {process} failed: {text}")
 
 
 # --------------------------------------------------------------------------- global arrays

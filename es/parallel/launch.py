@@ -58,6 +58,19 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30
 DEFAULT_KILL_GRACE = 5.0
 DEFAULT_STOP_TIMEOUT = 60.0
 PR_SET_PDEATHSIG = 1
+ENV_LAUNCH_DIR = "ES_LAUNCH_DIR"  # the marker directory of the ranks' stages (set for every rank)
+
+
+def write_marker(stage: str) -> None:
+    """In a rank: record that it reached ``stage`` (``es.distributed.announce``), as ``<stage>.<rank>`` in
+    ``ES_LAUNCH_DIR``; nothing outside ``es.launch``. The launcher reads them with ``markers_written``."""
+    directory = os.environ.get(ENV_LAUNCH_DIR)
+    if directory and os.path.isdir(directory):
+        with open(os.path.join(directory, f"{stage}.{os.environ.get(distributed.ENV_PROCESS_ID, '0')}"), "w"):
+            pass
+
+
+distributed.add_stage_hook(write_marker)  # registered wherever es is imported: es.parallel imports this module
 
 
 def free_loopback_port() -> int:
@@ -79,7 +92,7 @@ def rank_environment(args: argparse.Namespace, rank: int, port: int, marker_dir:
         distributed.ENV_INITIALIZATION_TIMEOUT: str(args.initialization_timeout),
         distributed.ENV_HEARTBEAT_TIMEOUT: str(args.heartbeat_timeout),
         distributed.ENV_SHUTDOWN_TIMEOUT: str(args.shutdown_timeout),
-        distributed.ENV_LAUNCH_DIR: marker_dir,
+        ENV_LAUNCH_DIR: marker_dir,
         "PYTHONUNBUFFERED": "1",
     })
     if args.devices_per_process is not None:
@@ -158,8 +171,8 @@ def exit_status(code: int) -> int:
 
 
 def markers_written(marker_dir: str, stage: str, processes: int) -> set[int]:
-    """The ranks that have written their ``stage`` marker (``initializing``, ``connected``, ``stoppable``) in
-    ``marker_dir`` (``es.distributed`` writes them as a rank gets there)."""
+    """The ranks that have written their ``stage`` marker (``distributed.INITIALIZING``, ``CONNECTED``,
+    ``STOPPABLE``) in ``marker_dir`` (``write_marker`` writes them as a rank announces them)."""
     return {rank for rank in range(processes) if os.path.exists(os.path.join(marker_dir, f"{stage}.{rank}"))}
 
 
@@ -258,7 +271,8 @@ def supervise(args, procs, marker_dir, say, signals) -> int:
         failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
         if failed:
             rank = failed[0]
-            missing = sorted(set(range(args.processes)) - markers_written(marker_dir, "initializing", args.processes))
+            started = markers_written(marker_dir, distributed.INITIALIZING, args.processes)
+            missing = sorted(set(range(args.processes)) - started)
             note = ""
             if missing and len(missing) < args.processes:
                 note = f" (rank(s) {missing} never reached es.distributed.initialize)"
@@ -270,11 +284,11 @@ def supervise(args, procs, marker_dir, say, signals) -> int:
             return 0
         now = time.monotonic()
         if first_initializing != float("inf"):  # until every rank has connected
-            started = markers_written(marker_dir, "initializing", args.processes)
+            started = markers_written(marker_dir, distributed.INITIALIZING, args.processes)
             if started and first_initializing is None:
                 first_initializing = now
             if first_initializing is not None and now - first_initializing > args.initialization_timeout + 5:
-                connected = markers_written(marker_dir, "connected", args.processes)
+                connected = markers_written(marker_dir, distributed.CONNECTED, args.processes)
                 if len(connected) < args.processes:
                     missing = sorted(set(range(args.processes)) - started)
                     who = f"rank(s) {missing} never reached" if missing else "not every rank completed"
@@ -296,7 +310,7 @@ def _pass_on_stop(args, procs, marker_dir, say, signals) -> int:
     """Send the launcher's first SIGTERM/SIGINT to every rank once; wait for them; SIGKILL what is left."""
     signum = signals.received[0]
     live = [rank for rank, proc in enumerate(procs) if proc.poll() is None]
-    stoppable = markers_written(marker_dir, "stoppable", args.processes)
+    stoppable = markers_written(marker_dir, distributed.STOPPABLE, args.processes)
     wait = args.stop_timeout if set(live) <= stoppable else args.kill_grace
     how = ("they finish their es.run segment and checkpoint" if set(live) <= stoppable
            else "not every rank is in es.run")

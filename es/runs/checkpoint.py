@@ -12,37 +12,58 @@ to keep only the last n, a kill interrupted). Each holds two orbax items:
   leading axis ``generation``;
 - ``meta`` (JSON): format version, generation, the run's config, the state's
   signature (path, shape and dtype of every leaf), the SHA-256 of every array
-  saved and the digest of the state the run started from.
+  saved, the digest of the state the run started from, and the SHA-256 of this
+  record itself (``record_sha256``, over every other field).
 
-Restoring checks all of it; anything that does not match is refused with a
-``CheckpointError`` (a ``ValueError``) that says what differs.
+Restoring checks all of it. Damage anywhere (metadata that does not parse or
+fails its own checksum, arrays that cannot be read or fail theirs) raises
+``CorruptCheckpointError``, so that a run falls back to the checkpoint before;
+an intact checkpoint that does not fit (another version of es, another run's
+state) is refused with a ``CheckpointError`` (a ``ValueError``) that says what
+differs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import logging
 import os
 import pathlib
 import shutil
+import sys
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from es.runs import storage
 from es.strategies.base import State
 
 PyTree = Any
 
-FORMAT = "es-checkpoint-2"  # 2: es.State (params, strategy_state, ...) and the run identity in "config"
+# 2: es.State (params, strategy_state, ...) and the run identity in "config".
+# 3: the record's own checksum ("record_sha256"); OpenES/PGPE optimizer states over one flat float vector.
+FORMAT = "es-checkpoint-3"
+# Formats of earlier versions, whose records carry no checksum of their own: refused, never taken for damage.
+OLDER_FORMATS = {
+    "es-checkpoint-1": "an es.State of another layout",
+    "es-checkpoint-2": "strategy states of the layout before the one-contract strategies (OpenES and PGPE kept "
+                       "their optimizer state per params leaf)",
+}
 # The fields of a checkpoint's metadata record that ``restore`` reads.
-_META_FIELDS = ("generation", "config", "signature", "history", "sha256", "initial_sha256")
+_META_FIELDS = ("format", "generation", "config", "signature", "history", "sha256", "initial_sha256")
+_RECORD_CHECKSUM = "record_sha256"
 _KEY_DTYPE_PREFIX = "key<"
 
 
 # What orbax writes into every checkpoint before renaming it into place: our two items, its step
 # metadata and its commit marker.
 _COMMITTED_CHECKPOINT_ENTRIES = ("arrays", "meta", "_CHECKPOINT_METADATA", "commit_success.txt")
+# What orbax appends to the name of a checkpoint it is still writing (renamed when complete).
+_ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"
 
 
 class CheckpointError(ValueError):
@@ -131,6 +152,12 @@ def state_digest(state: PyTree) -> str:
     return _digest((entry["path"], array) for entry, array in _host_leaves(state))
 
 
+def _record_digest(meta: dict) -> str:
+    """SHA-256 of a metadata record without its own checksum field (keys sorted, compact JSON)."""
+    fields = {name: value for name, value in meta.items() if name != _RECORD_CHECKSUM}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _leaf_name(index: int) -> str:
     return f"leaf_{index:05d}"
 
@@ -152,8 +179,10 @@ class Checkpointer:
 
         self.directory = pathlib.Path(directory).absolute()
         self.writer = writer
+        self._writing: int | None = None  # the generation of the latest save started
         if writer:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            with storage.writing(self.directory):
+                self.directory.mkdir(parents=True, exist_ok=True)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep if writer else None,
             save_interval_steps=1 if writer else 0,
@@ -168,14 +197,20 @@ class Checkpointer:
         )
         self._ocp = ocp
         self._manager = None
+        _drop_closed_event_loop_noise()
         if writer:
-            self._remove_interrupted_deletions()
-            self._manager = ocp.CheckpointManager(self.directory, options=options)
-            # Removing a killed write's temporary directory runs in the background; finish it now, so that
-            # the other processes, which list the checkpoints next, never see a directory vanish.
-            getattr(self._manager, "_maybe_await_cleanup_tmp_directory", lambda: None)()
+            with storage.writing(self.directory):
+                self._remove_interrupted_deletions()
+            try:
+                self._manager = ocp.CheckpointManager(self.directory, options=options)
+                # Removing a killed write's temporary directory runs in the background; finish it now, so that
+                # a failure to remove it is reported here.
+                getattr(self._manager, "_maybe_await_cleanup_tmp_directory", lambda: None)()
+            except Exception as error:  # orbax reports a read-only or full file system in many types
+                raise storage.write_error(self.directory, error) from error
+            logging.getLogger("absl").addFilter(_drop_orbax_errors)
         elif self.directory.is_dir():
-            with _without_read_only_warning():
+            with _without_orbax_notices():
                 self._manager = ocp.CheckpointManager(self.directory, options=options)
 
     def _remove_interrupted_deletions(self) -> None:
@@ -193,11 +228,11 @@ class Checkpointer:
                 shutil.rmtree(path, ignore_errors=True)
 
     def generations(self) -> list[int]:
-        """Generations of the complete checkpoints on disk, ascending."""
-        if self._manager is None:
+        """Generations of the checkpoints on disk, ascending: every ``<generation>/`` directory (a damaged one
+        too: restoring it says so), not orbax's temporary ones."""
+        if self._manager is None or not self.directory.is_dir():
             return []
-        self._manager.reload()
-        return sorted(self._manager.all_steps())
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit() and p.is_dir())
 
     def save(self, state: State, history: dict[str, np.ndarray], config: Any, initial_digest: str) -> None:
         """Start writing a checkpoint of ``state`` (returns once the arrays are copied to the host)."""
@@ -218,42 +253,68 @@ class Checkpointer:
             ),
             "initial_sha256": initial_digest,
         }
+        meta[_RECORD_CHECKSUM] = _record_digest(meta)
         # Orbax cannot store zero-size arrays; their shape is in the signature.
         arrays = {"state": {_leaf_name(i): array for i, (_, array) in enumerate(leaves) if array.size}}
         if generation:
             arrays["history"] = history
-        self._manager.save(
-            generation, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta))
-        )
+        try:
+            self._manager.save(
+                generation, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta))
+            )
+        except Exception as error:  # the previous save failed (orbax reports it now), or this one
+            raise self._write_failed(error) from error
+        self._writing = generation
+
+    def record(self, generation: int) -> dict:
+        """The metadata record of the checkpoint of ``generation``, verified against its own checksum.
+
+        Raises ``CorruptCheckpointError`` if it cannot be read or is damaged, and ``CheckpointError`` if an
+        earlier or later version of es wrote it (another format).
+        """
+        path = self.directory / str(generation)
+        try:
+            meta = self._manager.restore(
+                generation, args=self._ocp.args.Composite(meta=self._ocp.args.JsonRestore())
+            )["meta"]
+        except Exception as error:  # orbax, tensorstore and json raise many types
+            raise CorruptCheckpointError(f"checkpoint {path} is corrupt: its metadata cannot be read") from error
+        if not isinstance(meta, dict):
+            raise CorruptCheckpointError(f"checkpoint {path} is corrupt: its metadata is not a record")
+        if _RECORD_CHECKSUM not in meta and meta.get("format") in OLDER_FORMATS:
+            raise CheckpointError(
+                f"checkpoint {path} was written by an earlier version of es, in the format {meta['format']!r} "
+                f"({OLDER_FORMATS[meta['format']]}); this version reads and writes {FORMAT!r} and cannot continue "
+                "it. Start a new run, or resume this one with the version of es that wrote it."
+            )
+        if meta.get(_RECORD_CHECKSUM) != _record_digest(meta):
+            raise CorruptCheckpointError(f"checkpoint {path} is corrupt: its metadata does not match its checksum")
+        if meta.get("format") != FORMAT:  # intact, so written so: by a later version
+            raise CheckpointError(
+                f"checkpoint {path} was written by another version of es, in the format {meta.get('format')!r}; "
+                f"this version reads and writes {FORMAT!r}. Resume it with the version of es that wrote it, or "
+                "start a new run."
+            )
+        missing = [field for field in _META_FIELDS if field not in meta]
+        if missing or meta["generation"] != generation:  # a record this version did not write: damage
+            raise CorruptCheckpointError(f"checkpoint {path} is corrupt: its metadata is not a checkpoint record")
+        return meta
 
     def restore(self, generation: int, like: State) -> Checkpoint:
         """The checkpoint of ``generation``, rebuilt with the structure of ``like``.
 
         Raises ``CorruptCheckpointError`` if it is unreadable, incomplete or
-        fails its checksum, and ``CheckpointError`` if another version of es
-        wrote it or it holds a state of another structure, shape or dtype than
-        ``like``.
+        fails a checksum (of its metadata or of its arrays), and
+        ``CheckpointError`` if another version of es wrote it or it holds a
+        state of another structure, shape or dtype than ``like``.
         """
         ocp = self._ocp
         path = self.directory / str(generation)
-        try:
-            meta = self._manager.restore(generation, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-            if not isinstance(meta, dict) or not str(meta.get("format", "")).startswith("es-checkpoint-"):
-                raise ValueError(f"its metadata is not an {FORMAT!r} record")
-            missing = [field for field in _META_FIELDS if field not in meta]
-            if missing:
-                raise ValueError(f"its metadata lacks the field{'s' * (len(missing) > 1)} {', '.join(missing)}")
-            stored = meta["signature"]
-            history_dtypes = {name: np.dtype(dtype) for name, dtype in meta["history"].items()}
-            meta_generation = int(meta["generation"])
-            stored_digest, stored_config, initial_digest = meta["sha256"], meta["config"], meta["initial_sha256"]
-        except Exception as error:  # orbax, tensorstore and json raise many types
-            raise CorruptCheckpointError(f"checkpoint {path} is corrupt or incomplete: {error}") from error
-        if meta["format"] != FORMAT:
-            raise CheckpointError(
-                f"checkpoint {path} was written by another version of es (format {meta['format']!r}, this version "
-                f"reads {FORMAT!r}); finish that run with the version that started it, or start a new run."
-            )
+        meta = self.record(generation)
+        stored = meta["signature"]
+        history_dtypes = {name: np.dtype(dtype) for name, dtype in meta["history"].items()}
+        meta_generation = int(meta["generation"])
+        stored_digest, stored_config, initial_digest = meta["sha256"], meta["config"], meta["initial_sha256"]
         expected = signature(like)
         if stored != expected:
             raise CheckpointError(
@@ -275,9 +336,7 @@ class Checkpointer:
                 generation, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(array_targets))
             )["arrays"]
         except Exception as error:
-            raise CorruptCheckpointError(
-                f"checkpoint {path} is corrupt or incomplete: its arrays cannot be read ({error})"
-            ) from error
+            raise CorruptCheckpointError(f"checkpoint {path} is corrupt: its arrays cannot be read") from error
         arrays = [
             np.asarray(restored["state"][_leaf_name(i)]) if _leaf_name(i) in targets else blank
             for i, blank in enumerate(blanks)
@@ -289,39 +348,80 @@ class Checkpointer:
         digest = _digest([(e["path"], a) for e, a in zip(stored, arrays)] + sorted(history.items()))
         if digest != stored_digest:
             raise CorruptCheckpointError(
-                f"checkpoint {path} is corrupt: its arrays do not match the checksum written with them"
+                f"checkpoint {path} is corrupt: its arrays do not match their checksum"
             )
         leaves = [_from_host(entry, array) for entry, array in zip(stored, arrays)]
         state = jax.tree.structure(like).unflatten(leaves)
         return Checkpoint(meta_generation, state, history, stored_config, initial_digest, path)
 
     def quarantine(self, generation: int, destination: pathlib.Path) -> pathlib.Path:
-        """Move the checkpoint of ``generation`` out of the way, to ``destination/<generation>`` (kept, not deleted)."""
-        destination.mkdir(parents=True, exist_ok=True)
+        """Move the checkpoint of ``generation`` out of the way, to ``destination/<generation>`` (kept, not deleted).
+
+        A checkpoint no longer there (removed as a half-deleted one when this checkpointer opened) is left so.
+        """
+        if not (self.directory / str(generation)).exists():
+            return self.directory / str(generation)
         target = destination / str(generation)
         suffix = 1
         while target.exists():
             suffix += 1
             target = destination / f"{generation}-{suffix}"
-        shutil.move(str(self.directory / str(generation)), str(target))
+        with storage.writing(target):
+            destination.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(self.directory / str(generation)), str(target))
         if self._manager is not None:
             self._manager.reload()
         return target
 
     def delete(self, generation: int) -> None:
         """Delete the checkpoint of ``generation`` (a sweep's run resuming before it writes it again)."""
-        self._manager.delete(generation)
+        try:
+            self._manager.delete(generation)
+        except Exception as error:  # orbax reports a read-only file system in its own types
+            raise storage.write_error(self.directory / str(generation), error) from error
 
     def wait(self) -> None:
-        """Block until every checkpoint started so far is on disk."""
+        """Block until every checkpoint started so far is on disk; ``RunDirError`` if one could not be written."""
         if self._manager is not None:
-            self._manager.wait_until_finished()
+            try:
+                self._manager.wait_until_finished()
+            except Exception as error:
+                raise self._write_failed(error) from error
 
     def close(self) -> None:
-        if self._manager is not None:
-            self._manager.wait_until_finished()
-            self._manager.close()
-            self._manager = None
+        """Wait for the checkpoints started so far and close; ``RunDirError`` if one could not be written."""
+        if self._manager is None:
+            return
+        manager, self._manager = self._manager, None
+        try:
+            manager.wait_until_finished()
+        except Exception as error:
+            raise self._write_failed(error) from error
+        finally:
+            with contextlib.suppress(Exception):  # closing after a failed write may fail the same way
+                manager.close()
+            logging.getLogger("absl").removeFilter(_drop_orbax_errors)
+
+    def _write_failed(self, error: BaseException) -> storage.RunDirError:
+        """A failed checkpoint write as a ``RunDirError``, once orbax's temporary directories of it are removed."""
+        self.remove_partial_writes(self.directory)
+        where = self.directory / str(self._writing) if self._writing is not None else self.directory
+        return storage.write_error(where, error)
+
+    @staticmethod
+    def remove_partial_writes(directory: pathlib.Path) -> None:
+        """Remove what orbax left of checkpoints it did not finish writing (its temporary directories)."""
+        if directory.is_dir():
+            for partial in directory.glob(f"*{_ORBAX_TMP_SUFFIX}*"):
+                shutil.rmtree(partial, ignore_errors=True)
+
+    @staticmethod
+    def generations_on_disk_of(directory: pathlib.Path) -> list[int]:
+        """The complete checkpoints in ``directory``, listed afresh (also after a failed write), ascending."""
+        if not directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in directory.iterdir()
+                      if p.name.isdigit() and all((p / name).exists() for name in _COMMITTED_CHECKPOINT_ENTRIES))
 
     def __enter__(self) -> "Checkpointer":
         return self
@@ -330,18 +430,48 @@ class Checkpointer:
         self.close()
 
 
-class _without_read_only_warning:
-    """Drops orbax's "Given directory is read only" warning: reading without writing is what we ask for."""
+def _drop_closed_event_loop_noise() -> None:
+    """Keep orbax's "Event loop is closed" tracebacks off stderr (installed once, for the whole process).
+
+    When tensorstore fails to read a corrupt checkpoint, orbax leaves callbacks behind that later try to
+    reach an asyncio event loop it has closed; Python prints each as a traceback although nothing failed
+    that was not already reported (the checkpoint is skipped with one warning). This ``sys.unraisablehook``
+    drops exactly those (a ``RuntimeError('Event loop is closed')`` raised in asyncio) and passes everything
+    else on to the hook that was there before.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_closed_event_loop_noise", False):
+        return
+
+    def hook(unraisable):
+        error, trace = unraisable.exc_value, unraisable.exc_traceback
+        while trace is not None and trace.tb_next is not None:
+            trace = trace.tb_next
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed" and trace is not None
+                and "asyncio" in trace.tb_frame.f_code.co_filename):
+            previous(unraisable)
+
+    hook.drops_closed_event_loop_noise = True
+    sys.unraisablehook = hook
+
+
+def _drop_orbax_errors(record) -> bool:
+    """A logging filter: orbax's ERROR records of a failed write (``Checkpointer`` raises it as a ``RunDirError``)."""
+    return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+
+
+class _without_orbax_notices:
+    """Drops orbax's notices of what a reader expects: "Given directory is read only" (reading without
+    writing is what we ask for) and "Metadata file does not exist" (an old checkpoint that a kill left half
+    deleted, which the writer removes once the run is accepted)."""
 
     def __enter__(self):
-        import logging
-
         self._logger = logging.getLogger("absl")
         self._logger.addFilter(self._filter)
 
     @staticmethod
     def _filter(record) -> bool:
-        return not str(record.msg).startswith("Given directory is read only")
+        return not str(record.msg).startswith(("Given directory is read only", "Metadata file does not exist"))
 
     def __exit__(self, *exc):
         self._logger.removeFilter(self._filter)
@@ -416,7 +546,7 @@ def describe_difference(old: Any, new: Any, old_name: str = "checkpoint", new_na
 
 
 def save_params(path: str | os.PathLike, params: PyTree, best_params: PyTree) -> None:
-    """Write ``params`` and ``best_params`` to one ``.npz`` file, atomically.
+    """Write ``params`` and ``best_params`` to one ``.npz`` file, atomically (``RunDirError`` if it cannot).
 
     Keys are ``"params" + keystr(path)`` (e.g. ``params['w']``, or ``params``
     for a bare array) and likewise ``best_params...``.
@@ -426,12 +556,7 @@ def save_params(path: str | os.PathLike, params: PyTree, best_params: PyTree) ->
     for prefix, tree in (("params", params), ("best_params", best_params)):
         for leaf_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
             arrays[prefix + jax.tree_util.keystr(leaf_path)] = to_numpy(leaf)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    storage.write_atomically(path, lambda f: np.savez(f, **arrays))
 
 
 def load_params(path: str | os.PathLike, like: PyTree = None, best: bool = False) -> PyTree:

@@ -23,6 +23,8 @@ import pathlib
 
 import numpy as np
 
+from es.runs import storage
+
 
 def format_lines(history: dict[str, np.ndarray], start: int, stop: int) -> str:
     """The log lines of generations ``[start, stop)`` of ``history`` (name -> array [>= stop])."""
@@ -36,24 +38,30 @@ def format_lines(history: dict[str, np.ndarray], start: int, stop: int) -> str:
 
 
 class MetricsLog:
-    """Appends to and rewrites one ``metrics.jsonl`` file."""
+    """Appends to and rewrites one ``metrics.jsonl`` file, whole lines or nothing (``RunDirError`` otherwise)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = pathlib.Path(path)
+        self._ends: dict[int, int] = {}  # generation -> the file's size once the lines before it are written
 
     def rewrite(self, history: dict[str, np.ndarray], num_generations: int) -> None:
         """Replace the file by the lines of generations ``[0, num_generations)``, atomically."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(format_lines(history, 0, num_generations))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        text = format_lines(history, 0, num_generations)
+        storage.write_atomically(self.path, text)
+        self._ends = {num_generations: len(text.encode())}
 
     def append(self, history: dict[str, np.ndarray], start: int, stop: int) -> None:
-        """Append the lines of generations ``[start, stop)``."""
-        with open(self.path, "a") as f:
-            f.write(format_lines(history, start, stop))
+        """Append the lines of generations ``[start, stop)``: all of them, or none."""
+        self._ends[stop] = storage.append_whole(self.path, format_lines(history, start, stop))
+
+    def cut(self, generation: int) -> None:
+        """Drop the lines from ``generation`` on (written by this process; the log then ends at a checkpoint).
+
+        Cutting a file needs no space, so this works on a full disk too.
+        """
+        if generation in self._ends:
+            with storage.writing(self.path):
+                os.truncate(self.path, self._ends[generation])
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
