@@ -677,17 +677,10 @@ def check_update_traces(strategy, state) -> None:
     Shapes only: the update's inputs are ``jax.ShapeDtypeStruct``s under ``jax.eval_shape``, so the check
     allocates nothing in proportion to the population or the params.
     """
-    import jax
-    import jax.numpy as jnp
-
     import es
 
-    members = jax.ShapeDtypeStruct((strategy.popsize,), jnp.float32)
-    coordinates = jax.ShapeDtypeStruct((es.engine.num_params(state.params),), jnp.float32)
-    coefficients = es.Coefficients(members, members if strategy.uses_squares else None)
-    sums = es.Sums(coordinates, coordinates if strategy.uses_squares else None)
     try:
-        jax.eval_shape(strategy.update, state, coefficients, sums)
+        es.engine.trace_update(strategy, state)
     except Exception as error:  # optax raises many types for bad hyperparameters
         raise ConfigError(f"strategy: one update step fails with these settings: {error}") from None
 

@@ -14,6 +14,7 @@ _NAMES = {
     "ask": "ask_tell", "tell": "ask_tell", "stop_reasons": "ask_tell",
     "EXCHANGE_MODES": "execution", "Execution": "execution", "check_evolve_args": "execution",
     "num_params": "execution", "resolve_execution": "execution", "check_state": "execution",
+    "trace_update": "execution",
     "evolve": "evolution", "evolve_checked": "evolution", "initial_state": "evolution",
     "METRIC_NAMES": "generation", "generation_step": "generation",
     "evolve_many": "sweep", "evolve_many_checked": "sweep", "check_evolve_many_args": "sweep",

@@ -14,7 +14,7 @@ from es.engine.stopping import StopCriteria
 from es.fitness import JaxFitness, adapter
 from es.noise import Layout
 from es.parallel.mesh import resolve_mesh
-from es.strategies.base import State, Strategy
+from es.strategies.base import State, Strategy, Sums
 
 EXCHANGE_MODES = ("fitness", "sharded", "gradient", "auto")
 """The accepted ``exchange=`` values; ``"auto"`` resolves to ``"sharded"`` or ``"fitness"`` (``resolve_exchange``)."""
@@ -220,3 +220,20 @@ def check_state(strategy: Strategy, fitness, state) -> None:
             "state.fitness_state does not match fitness_fn.init(); create the state with "
             "strategy.init(key, params, fitness=fitness_fn)."
         )
+
+
+def trace_update(strategy: Strategy, state: State) -> None:
+    """Trace one generation's coefficients and update of ``strategy`` from ``state`` on shapes alone (nothing
+    is allocated in proportion to the population or the params): what a bad setting breaks fails here."""
+    dim = Layout.of(state.params).dim
+    hp = strategy.hyperparameters(dim)
+    dtype = jax.numpy.result_type(float)
+
+    def one_update(strategy_state, fitness, mean):
+        coefficients = strategy.coefficients(hp, strategy_state, fitness)
+        sums = Sums(*(None if c is None else jax.numpy.zeros((dim, dim) if name == "outer" else (dim,), dtype)
+                      for name, c in coefficients._asdict().items()))
+        return strategy.update(hp, strategy_state, mean, coefficients, sums, state.generation)
+
+    jax.eval_shape(one_update, state.strategy_state, jax.ShapeDtypeStruct((strategy.popsize,), dtype),
+                   jax.ShapeDtypeStruct((dim,), dtype))
