@@ -14,10 +14,9 @@ from conftest import sphere
 from test_strategies import STRATEGIES
 
 import es
-from es.engine import generation as engine
-from es.noise.layout import Layout
-from es.engine.partition import Partition
-from es.noise.sources import standard_normal
+from es.engine import evolution, execution
+from es.engine.partition import Partition, slice_size
+from es.noise import Layout, standard_normal
 from jax.sharding import PartitionSpec as P
 
 SOURCES = {"prng": es.GaussianNoise(), "table": es.NoiseTable(size=2**20, seed=2)}
@@ -101,7 +100,7 @@ def test_sharded_is_fitness_bit_for_bit_on_1_2_and_4_devices(name, device_counts
 def test_sharded_with_fewer_than_min_slice_params_sums_everything_like_fitness():
     strategy = es.OpenES(popsize=16, sigma=0.1)
     params = jnp.linspace(-1.0, 1.0, 300)
-    assert engine.slice_size(300, 8) == 300
+    assert slice_size(300, 8) == 300
     chex.assert_trees_all_equal(
         evolve(strategy, params, 8, "sharded", fitness_fn=sphere),
         evolve(strategy, params, 1, "fitness", fitness_fn=sphere),
@@ -148,8 +147,11 @@ def test_sharded_moves_the_fitnesses_and_one_slice_of_each_sum_per_device(strate
     assert not strategy.coordinatewise
     state = strategy.init(jax.random.key(0), jnp.zeros(dim))
     report = es.collectives_report(strategy, sphere, state, es.make_mesh(n), exchange="sharded")
-    sums = 2 if strategy.uses_squares else 1
-    assert engine.slice_size(dim, n) == 12_501
+    hp = strategy.hyperparameters(dim)
+    fitness = jax.ShapeDtypeStruct((strategy.popsize,), jnp.float32)
+    squares = jax.eval_shape(lambda f: strategy.coefficients(hp, state.strategy_state, f), fitness).square
+    sums = 2 if squares is not None else 1
+    assert slice_size(dim, n) == 12_501
     expected = 4 * strategy.popsize + 4 * sums * n * 12_501
     assert report.total_bytes == expected, str(report)
 
@@ -172,8 +174,8 @@ UPDATE_CASES = [(name, "prng", 8) for name in COORDINATEWISE] + [
 def test_sharded_coordinatewise_update_is_fitness_bit_for_bit(name, source, num_devices):
     strategy = dataclasses.replace(COORDINATEWISE[name], noise=SOURCES[source])
     state = strategy.init(jax.random.key(0), odd_sized_params())
-    _, execution = engine.check_evolve_args(strategy, noisy_fitness, state, 1, es.make_mesh(num_devices), "sharded")
-    assert strategy.coordinatewise and execution.shard_update
+    _, resolved = execution.check_evolve_args(strategy, noisy_fitness, state, 1, es.make_mesh(num_devices), "sharded")
+    assert strategy.coordinatewise and resolved.shard_update
     chex.assert_trees_all_equal(evolve(strategy, odd_sized_params(), num_devices, "sharded", generations=3),
                                 evolve(strategy, odd_sized_params(), 1, "fitness", generations=3))
 
@@ -182,10 +184,11 @@ def test_each_device_carries_only_its_slice_of_the_optimizer_state_and_best_para
     strategy = COORDINATEWISE["OpenES"]
     state = strategy.init(jax.random.key(0), odd_sized_params())
     mesh = es.make_mesh(8)
-    _, execution = engine.check_evolve_args(strategy, noisy_fitness, state, 1, mesh, "sharded")
-    run = functools.partial(engine.run_generations, strategy, es.fitness.adapter(noisy_fitness), mesh, execution, 2,
-                            gather=False)
-    carry, _ = jax.eval_shape(engine.shard_replicated(run, mesh), state)  # one device's carry
+    _, resolved = execution.check_evolve_args(strategy, noisy_fitness, state, 1, mesh, "sharded")
+    run = functools.partial(evolution.run_generations, strategy.program(), es.fitness.adapter(noisy_fitness), mesh,
+                            resolved, 2, gather=False)
+    hp = strategy.hyperparameters(70_001)
+    carry, _ = jax.eval_shape(evolution.shard_replicated(run, mesh), hp, state)  # one device's carry
     size = Partition(70_001, 8, es.engine.partition.BLOCK).size
     assert size == 9_216 and carry.best_params.shape == (size,)
     adam = carry.strategy_state.opt_state[0]
@@ -234,12 +237,13 @@ def test_sharded_coordinatewise_update_drops_a_generation_without_valid_members_
 def test_which_strategies_update_coordinatewise():
     assert es.OpenES(popsize=8).coordinatewise  # the default Adam, built by es.optimizers.make
     assert not es.OpenES(popsize=8, optimizer=optax.adam(0.01)).coordinatewise  # opaque: run whole
+    assert es.OpenES(popsize=8, optimizer=es.optimizers.coordinatewise(optax.adam(0.01))).coordinatewise  # declared
     assert not es.OpenES(popsize=8, optimizer=es.optimizers.make("clipup", learning_rate=0.1, max_speed=0.2)
                          ).coordinatewise  # normalised by the norm over all coordinates
     assert not es.PGPE(popsize=8).coordinatewise  # ClipUp by default
     assert es.SNES(popsize=8).coordinatewise and es.ARS(popsize=8).coordinatewise
     assert not es.SepCMAES(popsize=8).coordinatewise  # its step size follows the norm of a path
-    assert not es.optimizers.coordinatewise(es.optimizers.make("adamw", learning_rate=0.1, mask={"w": True}))
+    assert not es.optimizers.is_coordinatewise(es.optimizers.make("adamw", learning_rate=0.1, mask={"w": True}))
 
 
 @pytest.mark.parametrize("strategy, size", [(STRATEGIES["OpenES"], 12_501), (es.OpenES(popsize=64, sigma=0.1), 13_312)],
@@ -267,12 +271,12 @@ def test_auto_is_sharded_on_several_devices_else_fitness():
     strategy = es.OpenES(popsize=16, sigma=0.1, optimizer=optax.sgd(0.1))
     state = strategy.init(jax.random.key(0), params)
     for n, expected in ((1, "fitness"), (8, "sharded")):
-        assert engine.check_evolve_args(strategy, sphere, state, 1, es.make_mesh(n), "auto")[1].exchange == expected
+        assert execution.check_evolve_args(strategy, sphere, state, 1, es.make_mesh(n), "auto")[1].exchange == expected
     small = strategy.init(jax.random.key(0), jnp.zeros(MIN_SLICE))  # one slice would be all of it
-    assert engine.check_evolve_args(strategy, sphere, small, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
+    assert execution.check_evolve_args(strategy, sphere, small, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
     low_rank = es.OpenES(popsize=16, noise=es.LowRankNoise())
     state = low_rank.init(jax.random.key(0), {"w": jnp.zeros((10, 30))})
-    assert engine.check_evolve_args(low_rank, sphere, state, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
+    assert execution.check_evolve_args(low_rank, sphere, state, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
     # auto gives the bits of fitness
     chex.assert_trees_all_equal(
         evolve(strategy, params, 8, "auto", fitness_fn=sphere),

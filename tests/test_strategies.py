@@ -124,7 +124,7 @@ def test_tied_fitnesses_get_equal_weights(name):
     # Pairs of equal fitnesses; ARS scores directions, so there whole (+, -) pairs are repeated.
     values = jnp.repeat(jnp.arange(strategy.popsize // 4, dtype=jnp.float32), 2)
     fitness = jnp.concatenate([values, values]) if name == "ARS" else jnp.repeat(values, 2)
-    coefficients = strategy.coefficients(state.strategy_state, fitness)
+    coefficients = strategy.coefficients(strategy.hyperparameters(5), state.strategy_state, fitness)
     for coefs in coefficients:
         if coefs is None:
             continue

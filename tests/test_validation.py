@@ -132,18 +132,16 @@ def test_unknown_fitness_shaping():
         es.OpenES(popsize=8, fitness_shaping=3)
 
 
-def test_shaping_callable_of_wrong_shape(state):
-    strategy = es.OpenES(popsize=8, sigma=0.1, fitness_shaping=lambda f: jnp.sum(f))
+def test_shaping_callable_of_wrong_shape_is_refused_by_the_constructor():
     with raises(TypeError, "fitness_shaping", "float32[8]"):
-        es.evolve(strategy, sphere, state, 1)
+        es.OpenES(popsize=8, sigma=0.1, fitness_shaping=lambda f: jnp.sum(f))
 
 
 @pytest.mark.parametrize("schedule", [lambda g: jnp.full(4, 0.1), lambda g: (0.1,), lambda g: 0.1 / float(g + 1)],
                          ids=["shaped-like-params", "a-tuple", "not-traceable"])
-def test_sigma_schedule_not_returning_a_scalar(state, schedule):
-    strategy = es.OpenES(popsize=8, sigma=schedule)
+def test_sigma_schedule_not_returning_a_scalar_is_refused_by_the_constructor(schedule):
     with raises(TypeError, "OpenES(sigma=", "sigma schedule", "one float per generation"):
-        es.evolve(strategy, sphere, state, 1)
+        es.OpenES(popsize=8, sigma=schedule)
 
 
 def test_optimizer_not_an_optax_transformation():

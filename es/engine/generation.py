@@ -67,7 +67,7 @@ def generation_step(strategy: Strategy, fitness: Any, mesh: Mesh, execution, noi
         # The barrier keeps XLA from fusing what follows into the (device-count
         # dependent) evaluation, so the update compiles the same on every mesh.
         fitnesses, stats = jax.lax.optimization_barrier((fitnesses, stats))
-    ranked, valid = rank(fitnesses)
+    ranked, valid = rank(fitnesses, strategy.maximize)
 
     # 3. Shape: the strategy turns the fitnesses into per-member coefficients.
     coefficients = strategy.coefficients(hp, state.strategy_state, ranked)
@@ -125,7 +125,7 @@ def evaluates_pairs(strategy: Strategy, num_members: int, batch: int) -> bool:
     return strategy.antithetic and strategy.noise.pairs_share_draws and batch % 2 == 0 and num_members % 2 == 0
 
 
-def rank(fitnesses: Fitnesses) -> tuple[jax.Array, jax.Array]:
+def rank(fitnesses: Fitnesses, maximize: bool) -> tuple[jax.Array, jax.Array]:
     """``(ranked, valid)``: the fitnesses the strategy ranks, and which are finite.
 
     Without a residual (every JAX fitness) ``ranked`` is ``fitnesses.value``
@@ -133,20 +133,23 @@ def rank(fitnesses: Fitnesses) -> tuple[jax.Array, jax.Array]:
     dropped; they are ranked as ``(value - reference) + residual`` with the
     best valid value as the reference, so differences down to float64's
     resolution survive (every strategy is invariant to adding a constant to
-    the fitness). Where no residual is non-zero, ``value`` is used as it is.
+    the fitness; the best, not the largest, so that minimising ``f`` and
+    maximising ``-f`` shift alike). Where no residual is non-zero, ``value``
+    is used as it is.
     """
     value = fitnesses.value
     valid = jnp.isfinite(value)
     if fitnesses.residual is None:
         return value, valid
-    reference = jnp.max(jnp.where(valid, value, -jnp.inf))
+    better = value if maximize else -value
+    reference = value[jnp.argmax(jnp.where(valid, better, -jnp.inf))]
     shifted = (value - jnp.where(jnp.isfinite(reference), reference, 0)) + fitnesses.residual
     return jnp.where(jnp.any(fitnesses.residual != 0), shifted, value), valid
 
 
 def record(strategy, hp, fitness, members, state, fitnesses, ranked, valid, stats, updated, criteria):
     """The next ``State`` and this generation's metrics (``METRIC_NAMES``)."""
-    fitness_state = fitness.update(state.fitness_state, stats) if fitness.stateful else state.fitness_state
+    fitness_state = fitness.update_state(state.fitness_state, stats) if fitness.stateful else state.fitness_state
     history = stopping.record(state.stop_history, strategy.maximize, fitnesses.value, fitnesses.residual, ranked,
                               valid)
     new_state = State(updated.params, updated.strategy_state, state.key, state.generation + 1, updated.best_params,

@@ -288,12 +288,14 @@ def check_same_program(strategies: Sequence[Strategy], params: PyTree) -> dict:
         for i, value in enumerate(values[1:], start=1):
             if _same_setting(value, values[0]):
                 continue
-            if not field.init:  # derived from the settings: name them
+            if not field.init:  # derived from a setting: name it
+                source = field.metadata.get("derived_from", name)
                 raise ValueError(
-                    f"es.evolve_many: strategies[{i}] and strategies[0] differ in {kind}.{name} "
-                    f"({getattr(strategies[i], name)!r} against {getattr(first, name)!r}), which their settings "
-                    f"decide and which shapes the compiled program ({field.metadata.get('derived', 'derived')}); "
-                    "run the two settings in two evolve_many calls."
+                    f"es.evolve_many: strategies[{i}].{source}={getattr(strategies[i], source)!r} but "
+                    f"strategies[0].{source}={getattr(first, source)!r}; for {kind} {source}="
+                    f"{field.metadata.get('why', 'decides the program')}, so it shapes the compiled program. The "
+                    f"runs may vary {source} only among values that agree on that; run the two settings in two "
+                    "evolve_many calls."
                 )
             shown = [getattr(strategies[j], name) for j in (i, 0)]
             raise ValueError(

@@ -82,7 +82,7 @@ class Fitness(Protocol):
     def initial_state(self) -> PyTree:
         """The fitness state a new run starts from (``None`` unless stateful)."""
 
-    def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+    def update_state(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
         """The fitness state after a generation whose members returned ``stats`` (leading axis popsize)."""
 
     def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:

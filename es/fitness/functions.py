@@ -106,8 +106,8 @@ class SharedKeys:
     def initial_state(self) -> PyTree:
         return self.inner.initial_state()
 
-    def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
-        return self.inner.update(fitness_state, stats)
+    def update_state(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+        return self.inner.update_state(fitness_state, stats)
 
     def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
         self.inner.check(params, key, fitness_state)
@@ -181,7 +181,7 @@ class JaxFitness:
     def __eq__(self, other) -> bool:
         return isinstance(other, JaxFitness) and self._key == other._key
 
-    def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+    def update_state(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
         return self.fn.update(fitness_state, stats)
 
     def initial_state(self) -> PyTree:
@@ -246,9 +246,9 @@ class GivenFitness:
         index = chunk - self.first
         return jax.tree.map(lambda v: v[index], self.values), jax.tree.map(lambda s: s[index], self.stats)
 
-    def update(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+    def update_state(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
         """The fitness's update of its state with this generation's stats (stateful only)."""
-        return self.fitness.update(fitness_state, stats)
+        return self.fitness.update_state(fitness_state, stats)
 
 
 def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):

@@ -197,6 +197,10 @@ class HostFitness:
         """``init()`` for a stateful host fitness, else ``None`` (what ``strategy.init`` stores)."""
         return self.init() if self.stateful else None
 
+    def update_state(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
+        """``update(fitness_state, stats)``: the state after a generation (stateful only)."""
+        return self.update(fitness_state, stats)
+
     def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
         """Checks before compiling: ``update`` must map the gathered ``stats`` to a state like ``fitness_state``."""
         del params, key

@@ -79,7 +79,7 @@ class PGPE(Strategy):
     maximize: bool = True
     noise: NoiseSource = GaussianNoise()
     adapts_sigma: bool = dataclasses.field(init=False, repr=False, metadata={
-        "derived": "sigma_learning_rate=0 keeps sigma fixed: it switches part of the update off"})
+        "derived_from": "sigma_learning_rate", "why": "0 keeps sigma fixed: it switches part of its update off"})
     """``sigma_learning_rate != 0``: whether sigma is adapted. It shapes the program (``Sums.square`` or none), so
     it is static configuration, derived from the settings."""
 
