@@ -217,31 +217,6 @@ def tree_difference(got: PyTree, expected: PyTree) -> str | None:
     return None
 
 
-def check_shaping(owner: str, value) -> None:
-    """``value`` must name a method of ``es.shaping.SHAPING_METHODS`` or be a callable."""
-    from es.strategies import shaping
-
-    choices = sorted(shaping.SHAPING_METHODS)
-    where, use = call(owner, "fitness_shaping", value), f"use one of {choices} or a callable fitness -> weights"
-    if isinstance(value, str):
-        if value not in shaping.SHAPING_METHODS:
-            raise ValueError(f"{where} is unknown; {use}.")
-    elif not callable(value):
-        raise TypeError(f"{where}: {use}.")
-
-
-def check_shaping_output(owner: str, fn, popsize: int) -> None:
-    """A shaping callable must map ``float32[popsize]`` to ``float32[popsize]``."""
-    if not callable(fn):
-        return
-    out = jax.eval_shape(fn, jax.ShapeDtypeStruct((popsize,), jnp.float32))
-    if getattr(out, "shape", None) != (popsize,):
-        raise TypeError(
-            f"{owner}: the fitness_shaping callable must map float32[{popsize}] to float32[{popsize}], "
-            f"got {jax.tree.map(lambda x: x.shape, out)}."
-        )
-
-
 def check_float_or_schedule(owner: str, name: str, value, example: str) -> Any:
     """A float > 0 (returned as a float) or a callable schedule (checked by ``check_schedule``)."""
     if callable(value):

@@ -15,7 +15,7 @@ _NAMES = {
     "EXCHANGE_MODES": "execution", "Execution": "execution", "check_evolve_args": "execution",
     "num_params": "execution", "resolve_execution": "execution", "check_state": "execution",
     "trace_update": "execution",
-    "evolve": "evolution", "evolve_checked": "evolution", "initial_state": "evolution",
+    "evolve": "evolution", "evolve_checked": "evolution",
     "METRIC_NAMES": "generation", "generation_step": "generation",
     "evolve_many": "sweep", "evolve_many_checked": "sweep", "check_evolve_many_args": "sweep",
     "StopCriteria": "stopping",

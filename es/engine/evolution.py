@@ -12,17 +12,14 @@ import functools
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from es.engine import stopping, update
 from es.engine.execution import Execution, check_evolve_args
 from es.engine.generation import generation_step
-from es.engine.members import compute_dtype
 from es.engine.partition import BLOCK, Partition
-from es.fitness import adapter, fitness_dtype
+from es.fitness import adapter
 from es.noise import Layout
 from es.parallel.distributed import replicate
 from es.strategies.base import State, Strategy
@@ -148,21 +145,3 @@ def scan_generations(mesh, execution, dim, step, num_generations, state, batched
         return jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
 
     return update.run_split(state, part, mesh.axis_names, run, batched=batched, gather=gather)
-
-
-def initial_state(strategy: Strategy, key: jax.Array, params: PyTree, fitness) -> State:
-    """The ``State`` of a new run of ``strategy`` from ``params`` (``fitness``: an adapter or ``None``)."""
-    flat = ravel_pytree(params)[0]
-    dim = flat.shape[0]
-    hp = strategy.hyperparameters(dim)
-    dtype = fitness_dtype()
-    return State(
-        params=params,
-        strategy_state=strategy.initial_state(hp, flat.astype(compute_dtype(flat.dtype))),
-        key=key,
-        generation=jnp.zeros((), jnp.int32),
-        best_params=params,
-        best_fitness=jnp.asarray(-jnp.inf if strategy.maximize else jnp.inf, dtype),
-        fitness_state=None if fitness is None else fitness.initial_state(),
-        stop_history=stopping.initial_history(dim, strategy.popsize, dtype),
-    )

@@ -14,7 +14,7 @@ from es.engine.stopping import StopCriteria
 from es.fitness import JaxFitness, adapter
 from es.noise import Layout
 from es.parallel.mesh import resolve_mesh
-from es.strategies.base import State, Strategy, Sums
+from es.strategies.base import State, Strategy, Sums, initial_state
 
 EXCHANGE_MODES = ("fitness", "sharded", "gradient", "auto")
 """The accepted ``exchange=`` values; ``"auto"`` resolves to ``"sharded"`` or ``"fitness"`` (``resolve_exchange``)."""
@@ -191,8 +191,6 @@ def resolve_execution(
 
 def check_state(strategy: Strategy, fitness, state) -> None:
     """Raise ``ValueError``/``TypeError`` unless ``state`` belongs to ``strategy`` (and ``fitness``, an adapter or None)."""
-    from es.engine.evolution import initial_state
-
     if not isinstance(state, State):
         raise TypeError(f"state must be an es.State from strategy.init(key, params), got {type(state).__name__}.")
     validation.check_params(state.params, "state.params")

@@ -36,6 +36,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from es import compat
 from es.validation import is_int
 
 PyTree = Any
@@ -183,11 +184,7 @@ def _check_cluster_detection(cluster_detection) -> tuple[str, ...]:
 
 
 def _check_backend_not_started() -> None:
-    try:
-        from jax._src.xla_bridge import backends_are_initialized
-    except ImportError:  # private API moved: jax.distributed.initialize checks it too
-        return
-    if backends_are_initialized():
+    if compat.backends_are_initialized():  # None (unknown): jax.distributed.initialize checks it too
         raise RuntimeError(
             "es.distributed.initialize() must run before any JAX computation (creating an array, "
             "jax.devices(), jax.random.key, ...): call it right after the imports, at the top of the script."
@@ -202,11 +199,10 @@ def detected_cluster(methods: tuple[str, ...] = AUTO_DETECTED_CLUSTERS) -> tuple
     on Cloud TPU). Starts nothing. Other JAX detectors (``"mpi4py"``) are
     tried only when named in ``methods``.
     """
-    try:
-        from jax._src.clusters import ClusterEnv
-    except ImportError:  # JAX moved its private cluster API: read the common launchers' variables
+    environments = compat.cluster_environments()
+    if environments is None:  # JAX moved its private cluster API: read the common launchers' variables
         return _detected_from_variables(methods)
-    for env in ClusterEnv._cluster_types:
+    for env in environments:
         if env.name not in methods:
             continue
         try:
@@ -375,9 +371,7 @@ def all_processes(name: str, value: str = "") -> list[str]:
     """
     if process_count() == 1:
         return [value]
-    from jax._src import distributed as jax_distributed
-
-    client = jax_distributed.global_state.client
+    client = compat.coordination_client()
     rank, count = process_index(), process_count()
     prefix = f"es/{name}/"
     try:

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from es import compat
 from es.runs import storage
 from es.strategies.base import State
 
@@ -63,7 +64,7 @@ _KEY_DTYPE_PREFIX = "key<"
 # metadata and its commit marker.
 _COMMITTED_CHECKPOINT_ENTRIES = ("arrays", "meta", "_CHECKPOINT_METADATA", "commit_success.txt")
 # What orbax appends to the name of a checkpoint it is still writing (renamed when complete).
-_ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"
+_ORBAX_TMP_SUFFIX = compat.orbax_tmp_suffix()
 
 
 class CheckpointError(ValueError):
@@ -205,7 +206,7 @@ class Checkpointer:
                 self._manager = ocp.CheckpointManager(self.directory, options=options)
                 # Removing a killed write's temporary directory runs in the background; finish it now, so that
                 # a failure to remove it is reported here.
-                getattr(self._manager, "_maybe_await_cleanup_tmp_directory", lambda: None)()
+                compat.await_tmp_cleanup(self._manager)
             except Exception as error:  # orbax reports a read-only or full file system in many types
                 raise storage.write_error(self.directory, error) from error
             logging.getLogger("absl").addFilter(_drop_orbax_errors)

@@ -21,7 +21,7 @@ from es.parallel.distributed import is_writer
 from es.runs.checkpoint import CheckpointError, Checkpointer, save_params, to_numpy
 from es.runs.metrics_log import MetricsLog
 from es.runs.options import RunOptions
-from es.runs.stopping import Stopper
+from es.runs.signals import Stopper
 from es.strategies.base import State
 
 LOG_NAME = "metrics.jsonl"

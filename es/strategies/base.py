@@ -52,9 +52,14 @@ from typing import Annotated, Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jax.flatten_util import ravel_pytree
+
 from es import validation
-from es.fitness import adapter
+from es.engine import stopping
+from es.engine.members import compute_dtype
+from es.fitness import adapter, fitness_dtype
 from es.noise import NoiseSource
+from es.strategies import optimizers
 
 PyTree = Any
 Schedule = Callable[[jax.Array], jax.Array]
@@ -294,8 +299,6 @@ class Strategy:
         ``"<TypeName>"``. ``es.run`` stores it in checkpoints and refuses to
         resume with a strategy described otherwise.
         """
-        from es.strategies import optimizers
-
         described = {"name": type(self).__name__}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -347,8 +350,6 @@ class Strategy:
             a ``HostFitness`` or ``None`` gives ``None``, so
             ``init(key, params, fitness=task.fitness)`` works for either.
         """
-        from es.engine import initial_state  # the engine builds what it carries
-
         validation.check_key(key)
         params = jax.tree.map(jnp.asarray, params)
         validation.check_params(params)
@@ -383,6 +384,24 @@ class Strategy:
         return {}
 
 
+def initial_state(strategy: Strategy, key: jax.Array, params: PyTree, fitness) -> State:
+    """The ``State`` of a new run of ``strategy`` from ``params`` (``fitness``: an adapter or ``None``)."""
+    flat = ravel_pytree(params)[0]
+    dim = flat.shape[0]
+    hp = strategy.hyperparameters(dim)
+    dtype = fitness_dtype()
+    return State(
+        params=params,
+        strategy_state=strategy.initial_state(hp, flat.astype(compute_dtype(flat.dtype))),
+        key=key,
+        generation=jnp.zeros((), jnp.int32),
+        best_params=params,
+        best_fitness=jnp.asarray(-jnp.inf if strategy.maximize else jnp.inf, dtype),
+        fitness_state=None if fitness is None else fitness.initial_state(),
+        stop_history=stopping.initial_history(dim, strategy.popsize, dtype),
+    )
+
+
 def optimizer_field(name: str, **kwargs) -> Any:
     """A dataclass field whose default is the optimizer ``name(**kwargs)`` (optax or ``es.clipup``).
 
@@ -390,7 +409,5 @@ def optimizer_field(name: str, **kwargs) -> Any:
     with the default compare equal (one jit compilation), and ``(name,
     kwargs)`` stay in the field's metadata, where configs read the default from.
     """
-    from es.strategies import optimizers
-
     factory = functools.partial(optimizers.make, name, **kwargs)
     return dataclasses.field(default_factory=factory, metadata={"optimizer": {"name": name, **kwargs}})

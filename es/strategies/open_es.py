@@ -77,9 +77,9 @@ class OpenES(Strategy):
         self._set("sigma", validation.check_float_or_schedule("OpenES", "sigma", self.sigma, "0.05"))
         self.check_common()
         validation.check_optimizer("OpenES", "optimizer", self.optimizer)
-        validation.check_shaping("OpenES", self.fitness_shaping)
+        shaping.check_shaping("OpenES", self.fitness_shaping)
         self._set("weight_decay", validation.check_float("OpenES", "weight_decay", self.weight_decay, minimum=0.0))
-        validation.check_shaping_output("OpenES", self.fitness_shaping, self.popsize)
+        shaping.check_shaping_output("OpenES", self.fitness_shaping, self.popsize)
         validation.check_schedule("OpenES", "sigma", self.sigma)
 
     @property

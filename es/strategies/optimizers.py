@@ -9,14 +9,13 @@ configs and strategy defaults can describe optimizers as data.
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from es import validation
+from es import compat, validation
 
 PyTree = Any
 
@@ -73,12 +72,7 @@ def clipup(learning_rate: float, max_speed: float, momentum: float = 0.9) -> opt
 
 def names() -> list[str]:
     """Every optimizer ``make`` knows: ``clipup`` and the optax aliases (``adam``, ``sgd``, ...)."""
-    aliases = [
-        name for name in dir(optax)
-        if inspect.isfunction(getattr(optax, name)) and getattr(optax, name).__module__ == "optax._src.alias"
-        and name not in _UNSUPPORTED
-    ]
-    return sorted(["clipup", *aliases])
+    return sorted(["clipup", *(name for name in compat.optax_aliases() if name not in _UNSUPPORTED)])
 
 
 def factory(name: str):

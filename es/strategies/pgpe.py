@@ -93,8 +93,8 @@ class PGPE(Strategy):
         validation.check_optimizer("PGPE", "optimizer", self.optimizer)
         self._set("sigma_max_change", validation.check_float(
             "PGPE", "sigma_max_change", self.sigma_max_change, positive=True, maximum=1.0, example="0.2"))
-        validation.check_shaping("PGPE", self.fitness_shaping)
-        validation.check_shaping_output("PGPE", self.fitness_shaping, self.popsize)
+        shaping.check_shaping("PGPE", self.fitness_shaping)
+        shaping.check_shaping_output("PGPE", self.fitness_shaping, self.popsize)
         self.check_noise_fits()
 
     @property

@@ -28,6 +28,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from es import validation
+
 ShapingFn = Callable[[jax.Array], jax.Array]
 
 
@@ -141,3 +143,29 @@ def top_k_weights(scores: jax.Array, k: int) -> jax.Array:
     at = scores == kth
     share = (k - jnp.sum(above)).astype(_float()) / jnp.maximum(jnp.sum(at), 1).astype(_float())
     return jnp.where(above, 1.0, jnp.where(at, share, 0.0))
+
+
+# --------------------------------------------------------------------------- checks of a strategy's shaping
+
+
+def check_shaping(owner: str, value) -> None:
+    """``value`` must name a method of ``es.shaping.SHAPING_METHODS`` or be a callable."""
+    choices = sorted(SHAPING_METHODS)
+    where, use = validation.call(owner, "fitness_shaping", value), f"use one of {choices} or a callable fitness -> weights"
+    if isinstance(value, str):
+        if value not in SHAPING_METHODS:
+            raise ValueError(f"{where} is unknown; {use}.")
+    elif not callable(value):
+        raise TypeError(f"{where}: {use}.")
+
+
+def check_shaping_output(owner: str, fn, popsize: int) -> None:
+    """A shaping callable must map ``float32[popsize]`` to ``float32[popsize]``."""
+    if not callable(fn):
+        return
+    out = jax.eval_shape(fn, jax.ShapeDtypeStruct((popsize,), jnp.float32))
+    if getattr(out, "shape", None) != (popsize,):
+        raise TypeError(
+            f"{owner}: the fitness_shaping callable must map float32[{popsize}] to float32[{popsize}], "
+            f"got {jax.tree.map(lambda x: x.shape, out)}."
+        )
