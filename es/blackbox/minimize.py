@@ -175,7 +175,7 @@ class _Minimization:
             state, done, stop = step(strategy, state, index, limit - generations)
             generations += done
             if self.reached_target():
-                return f"target: fun(x) = {self.best!r} <= target = {self.target!r}"
+                return f"target: fun(x) = {float(self.best)!r} <= target = {float(self.target)!r}"
             if stop:
                 return stop
             if self.nfev >= self.max_evals or (self.kind != "python" and self.max_evals - self.nfev < strategy.popsize):

@@ -13,7 +13,7 @@ evaluations earlier runs used:
   ``sigma0``. The exponent of a small run's popsize is rounded to a quarter octave, so that the programs
   compiled for one popsize serve the later runs that draw it (pycma truncates the exact value).
 
-Both stop after ``max_restarts`` restarts of the large kind (IPOP: every restart), as pycma counts them.
+Both end once ``max_restarts`` restarts of the large kind (IPOP: every restart) have run, as pycma counts them.
 """
 
 from __future__ import annotations
@@ -71,11 +71,9 @@ class Schedule:
                 self.small_evaluations += evaluations
         if self.last is None:
             self.last = RunSettings("first", self.popsize, self.sigma)
-        elif self.restarts is None:
+        elif self.restarts is None or self.large_runs >= self.max_restarts:  # pycma ends after the last large run
             return None
         elif self.restarts == "ipop" or self.small_evaluations >= max(1, self.large_evaluations):
-            if self.large_runs >= self.max_restarts:
-                return None
             self.large_runs += 1
             self.last = RunSettings("large", self.popsize * 2**self.large_runs, self.sigma)
         else:

@@ -43,18 +43,19 @@ def fitness_dtype() -> np.dtype:
     return np.dtype(jnp.result_type(float))
 
 
-def from_host(values, where: str) -> Fitnesses:
-    """Host values (any real array) as ``Fitnesses``: rounded to the fitness dtype, and the residual in it.
+def from_host(values, where: str, dtype=None) -> Fitnesses:
+    """Host values (any real array) as ``Fitnesses``: rounded to ``dtype`` (default: the fitness dtype of this
+    thread), and the residual in it.
 
-    Raises ``ValueError`` for a finite value beyond the fitness dtype's range (it would become inf).
+    Raises ``ValueError`` for a finite value beyond the dtype's range (it would become inf).
     """
     exact = np.asarray(values, np.float64)
-    dtype = fitness_dtype()
+    dtype = np.dtype(fitness_dtype() if dtype is None else dtype)
     big = np.isfinite(exact) & (np.abs(exact) > np.finfo(dtype).max)
     if np.any(big):
         i = int(np.flatnonzero(big)[0])
         raise ValueError(
-            f"{where}: fitness[{i}] = {exact[i]!r} is beyond {dtype.name}'s range (+-{np.finfo(dtype).max:.3g}), "
+            f"{where}: fitness[{i}] = {float(exact[i])!r} is beyond {dtype.name}'s range (+-{np.finfo(dtype).max:.3g}), "
             "where it would become inf and rank as an invalid member; rescale the objective (e.g. a log), "
             "return inf or NaN on purpose to mark the member invalid, or enable jax_enable_x64 for float64."
         )

@@ -173,16 +173,19 @@ class HostFitness:
         keys = members.eval_keys(chunk, shared_by)
         seeds = jax.vmap(member_seed)(keys)
         n = chunk.shape[0]
-        values = jax.ShapeDtypeStruct((n,), fitness_dtype())
+        pair = jax.ShapeDtypeStruct((n,), np.float32)  # a float64 value as float32 + float32 (48 bits)
         shapes = (
-            Fitnesses(values, values),
+            Fitnesses(pair, pair),
             jax.tree.map(lambda s: jax.ShapeDtypeStruct((n, *s.shape), s.dtype), self.stats),
         )
         state = fitness_state if self.stateful else None
         with jax.named_scope("es_fitness"):
+            # float32 whatever the x64 setting: XLA's callback threads do not see a jax.enable_x64 context.
             fitness, stats = jax.pure_callback(
-                self._pool.evaluate, shapes, members.generation, chunk, seeds, params, state
-            )
+                self._pool.evaluate, shapes, members.generation, chunk, seeds, params, state)
+        if fitness_dtype() == np.float64:
+            exact = fitness.value.astype(np.float64) + fitness.residual.astype(np.float64)
+            fitness = Fitnesses(exact, jax.numpy.zeros_like(exact))
         return fitness, (stats if self.stateful else ())
 
     def dispatch(self, call: Callable[[], Any], state: Any) -> Any:
@@ -203,9 +206,12 @@ class HostFitness:
         pool.begin()
         outcome = {}
 
+        x64 = fitness_dtype() == np.float64  # a jax.enable_x64 context holds for this thread only
+
         def run():
             try:
-                outcome["out"] = jax.block_until_ready(call())
+                with jax.enable_x64(x64):
+                    outcome["out"] = jax.block_until_ready(call())
             except BaseException as error:  # handed to the waiting thread
                 outcome["error"] = error
 

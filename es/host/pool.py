@@ -180,7 +180,7 @@ class _Pool:
     # ------------------------------------------------------- on XLA's threads
 
     def evaluate(self, generation, members, seeds, params, fitness_state):
-        """The host callback: ``(Fitnesses, stats)`` of ``n`` members; NaN for all after a failure."""
+        """The host callback: ``(Fitnesses, stats)`` of ``n`` members, as float32 pairs; NaN for all after a failure."""
         members, seeds = np.asarray(members), np.asarray(seeds)
         params, fitness_state = jax.tree.map(np.asarray, (params, fitness_state))  # (XLA passes jax Arrays)
         n = len(members)
@@ -209,10 +209,10 @@ class _Pool:
         if stats is None:
             stats = self._zero_stats(n)
         try:
-            return from_host(fitness, f"es.HostFitness in generation {int(generation)}"), stats
+            return from_host(fitness, f"es.HostFitness in generation {int(generation)}", np.float32), stats
         except ValueError as error:
             self.fail(str(error))
-            return from_host(np.full((n,), np.nan), "es.HostFitness"), stats
+            return from_host(np.full((n,), np.nan), "es.HostFitness", np.float32), stats
 
     def _collect(self, futures, generation, members, seeds) -> list:
         pending = set(futures)

@@ -1,0 +1,128 @@
+"""es.minimize: every kind of objective, the budget never exceeded, the target, restarts (IPOP, BIPOP), the
+result and its history, and clear errors before anything runs."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_validation import raises
+
+import es
+from es.blackbox import Schedule
+
+
+def shifted_sphere(x):
+    return float(np.sum((np.asarray(x) - 1.0) ** 2) + 79.48)
+
+
+def test_a_python_callable_is_minimised_to_the_target_in_float64_within_the_budget():
+    calls = []
+
+    def counted(x):
+        assert isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == (6,)
+        calls.append(1)
+        return shifted_sphere(x)
+
+    result = es.minimize(counted, np.zeros(6), 0.5, max_evals=4000, target=79.48 + 1e-10)
+    assert result.success and result.stop.startswith("target")
+    assert result.fun - 79.48 <= 1e-10 and result.fun == shifted_sphere(result.x)
+    assert result.x.dtype == np.float64 and result.nfev == len(calls) <= 4000
+    assert len(result.history["fun"]) == result.nit and np.all(np.diff(result.history["fun"]) <= 0)
+    assert result.history["nfev"][-1] == result.nfev
+
+
+def test_a_jax_function_runs_compiled_and_stops_by_itself():
+    result = es.minimize(lambda x: jnp.sum((x - 1.0) ** 2), np.zeros(5), 0.5, max_evals=20_000)
+    assert result.success and result.fun < 1e-12
+    assert result.stop.split(":")[0] in ("tolfun", "tolfunhist", "tolx"), result.stop
+    assert result.nfev < 20_000 and result.nfev % 8 == 0  # popsize 4 + floor(3 ln 5) = 8, whole generations
+    np.testing.assert_allclose(result.x, np.ones(5), atol=1e-5)
+
+
+def test_the_budget_is_never_exceeded():
+    result = es.minimize(shifted_sphere, np.zeros(4), 0.5, max_evals=101, restarts="ipop")
+    assert result.nfev == 101 and result.stop.startswith("max_evals")
+    jax_result = es.minimize(lambda x: jnp.sum(x**2), np.ones(4), 0.5, max_evals=101)
+    assert jax_result.nfev <= 101 and jax_result.stop.startswith("max_evals")
+
+
+def test_a_pytree_x0_gives_a_pytree_x():
+    result = es.minimize(lambda p: jnp.sum((p["a"] - 2.0) ** 2) + jnp.sum(p["b"] ** 2),
+                         {"a": np.zeros(2), "b": np.ones(3)}, 0.5, max_evals=6000)
+    np.testing.assert_allclose(result.x["a"], [2.0, 2.0], atol=1e-4)
+    assert result.x["b"].shape == (3,) and result.x["b"].dtype == np.float64
+
+
+def test_an_host_fitness_runs_in_workers():
+    fitness = es.HostFitness(lambda params, seed: float(np.sum((params - 0.5) ** 2)), num_workers=2)
+    result = es.minimize(fitness, np.zeros(3), 0.3, max_evals=1500, target=1e-6)
+    assert result.fun <= 1e-6 and result.success
+    fitness.close()
+
+
+def test_ipop_doubles_the_population_at_each_restart():
+    def rastrigin(x):
+        return float(10 * len(x) + np.sum(x**2 - 10 * np.cos(2 * np.pi * x)))
+
+    result = es.minimize(rastrigin, np.full(3, 3.0), 2.0, max_evals=20_000, restarts="ipop", target=1e-8, seed=1)
+    sizes = [run.popsize for run in result.restarts]
+    assert sizes == [7 * 2**k for k in range(len(sizes))] and len(sizes) > 1
+    assert sum(run.nfev for run in result.restarts) == result.nfev
+    assert result.fun <= 1e-8 and result.success
+
+
+def test_bipop_alternates_a_large_and_a_small_regime_sharing_the_budget():
+    schedule = Schedule("bipop", popsize=10, sigma=2.0, seed=0)
+    runs = [schedule.next()]
+    budgets = {"first": 0, "large": 0, "small": 0}
+    while runs[-1] is not None and len(runs) < 1000:
+        last = runs[-1]  # a large run uses 1,000 evaluations per 10 members, a small one all it may
+        used = 100 * last.popsize if last.regime != "small" else last.max_generations * last.popsize
+        budgets[runs[-1].regime] += used
+        runs.append(schedule.next(used))
+    assert runs[-1] is None  # after the 9th large restart
+    runs = runs[:-1]
+    large = [r for r in runs if r.regime == "large"]
+    small = [r for r in runs if r.regime == "small"]
+    assert runs[0].regime == "first" and [r.popsize for r in large] == [10 * 2**k for k in range(1, 10)]
+    assert small and all(10 <= r.popsize <= 10 * 2**9 and 0.02 <= r.sigma <= 2.0 for r in small)
+    assert all(r.max_generations is not None for r in small) and all(r.sigma == 2.0 for r in large)
+    assert budgets["small"] + budgets["first"] >= 0.5 * budgets["large"]  # the small regime gets its share
+
+
+def test_bipop_solves_a_multimodal_function_the_first_run_does_not():
+    def rastrigin(x):
+        return float(10 * len(x) + np.sum(x**2 - 10 * np.cos(2 * np.pi * x)))
+
+    alone = es.minimize(rastrigin, np.full(4, 3.0), 2.0, max_evals=30_000, target=1e-8, seed=3)
+    restarted = es.minimize(rastrigin, np.full(4, 3.0), 2.0, max_evals=30_000, target=1e-8, restarts="bipop", seed=3)
+    assert not alone.success and restarted.success
+    assert {run.regime for run in restarted.restarts} >= {"first", "large"}
+
+
+@pytest.mark.parametrize("kwargs, error, fragments", [
+    (dict(x0=np.array([0.0, np.nan])), ValueError, ["es.minimize(x0=...)", "finite"]),
+    (dict(x0=np.zeros(0)), ValueError, ["x0 is empty"]),
+    (dict(sigma0=0.0), ValueError, ["es.minimize(sigma0=0.0)", "> 0"]),
+    (dict(sigma0=-1.0), ValueError, ["sigma0"]),
+    (dict(max_evals=5), ValueError, ["es.minimize(max_evals=5)", "max_evals >= 8"]),
+    (dict(restarts="sometimes"), ValueError, ["es.minimize(restarts='sometimes')", "'ipop'", "'bipop'"]),
+    (dict(strategy="CMAES"), TypeError, ["es.minimize(strategy='CMAES')", "es.SepCMAES"]),
+    (dict(fun=42), TypeError, ["es.minimize(fun=42)", "callable"]),
+    (dict(fun=lambda x: jnp.stack([x, x])), TypeError, ["fun(x) must return one real number"]),
+    (dict(fun=lambda x: "no"), TypeError, ["fun must return one real number", "'no'"]),
+    (dict(strategy=es.CMAES(popsize=8), x0=np.zeros(5000)), ValueError, ["es.SepCMAES"]),
+])
+def test_bad_input_is_refused_naming_the_argument_and_the_fix(kwargs, error, fragments):
+    arguments = {**dict(fun=shifted_sphere, x0=np.zeros(5), sigma0=0.5, max_evals=1000), **kwargs}
+    fun, x0, sigma0 = arguments.pop("fun"), arguments.pop("x0"), arguments.pop("sigma0")
+    with raises(error, *fragments):
+        es.minimize(fun, x0, sigma0, **arguments)
+
+
+def test_another_strategy_can_be_named_and_restarted():
+    result = es.minimize(shifted_sphere, np.zeros(5), 0.5, strategy=es.SNES(popsize=12), max_evals=6000,
+                         restarts="ipop", target=79.48 + 1e-6)
+    assert result.success and result.restarts[0].popsize == 12
+    assert math.isclose(result.fun, shifted_sphere(result.x))
