@@ -361,6 +361,7 @@ def _header(config: dict, strategy, mesh) -> str:
 def _prepare_run(args: argparse.Namespace):
     """``(error message, None)`` or ``(None, (run_dir, config, resuming, task, strategy, fitness, state, mesh))``."""
     from es.engine import check_evolve_args
+    from es.fitness import adapter
 
     try:
         run_dir, config, resuming = prepare(args)
@@ -368,7 +369,7 @@ def _prepare_run(args: argparse.Namespace):
         task, strategy = config_lib.build(config)
         fitness, state = config_lib.initial_state(task, strategy, config["run"]["seed"])
         mesh = make_mesh(config, strategy.popsize)
-        check_evolve_args(strategy, fitness, state, config["run"]["generations"], mesh, **execution(config))
+        check_evolve_args(strategy, adapter(fitness), state, config["run"]["generations"], mesh, **execution(config))
     except config_lib.ConfigError as error:
         return str(error), None
     except (TypeError, ValueError) as error:  # es's own checks of the strategy against the task
@@ -380,6 +381,7 @@ def _prepare_sweep(args: argparse.Namespace):
     """``(error message, None)`` or ``(None, (sweep_dir, base, seeds, axes, runs, resuming, strategies, fitness,
     states, mesh))``."""
     from es.engine import check_evolve_many_args
+    from es.fitness import adapter
 
     try:
         sweep_dir, base, seeds, axes, runs, resuming = prepare_sweep(args)
@@ -390,7 +392,8 @@ def _prepare_sweep(args: argparse.Namespace):
         strategies = [experiment.strategy for experiment in built]
         states = [config_lib.initial_state(task, strategy, each.seed)[1] for strategy, each in zip(strategies, runs)]
         mesh = make_mesh(base, strategies[0].popsize)
-        check_evolve_many_args(strategies, task.fitness, states, base["run"]["generations"], mesh, **execution(base))
+        check_evolve_many_args(strategies, adapter(task.fitness), states, base["run"]["generations"], mesh,
+                               **execution(base))
     except config_lib.ConfigError as error:
         return str(error), None
     except (TypeError, ValueError) as error:  # es's checks of the runs against each other and the task

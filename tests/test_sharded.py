@@ -174,7 +174,7 @@ UPDATE_CASES = [(name, "prng", 8) for name in COORDINATEWISE] + [
 def test_sharded_coordinatewise_update_is_fitness_bit_for_bit(name, source, num_devices):
     strategy = dataclasses.replace(COORDINATEWISE[name], noise=SOURCES[source])
     state = strategy.init(jax.random.key(0), odd_sized_params())
-    _, resolved = execution.check_evolve_args(strategy, noisy_fitness, state, 1, es.make_mesh(num_devices), "sharded")
+    _, resolved = execution.check_evolve_args(strategy, es.fitness.adapter(noisy_fitness), state, 1, es.make_mesh(num_devices), "sharded")
     assert strategy.coordinatewise and resolved.shard_update
     chex.assert_trees_all_equal(evolve(strategy, odd_sized_params(), num_devices, "sharded", generations=3),
                                 evolve(strategy, odd_sized_params(), 1, "fitness", generations=3))
@@ -184,7 +184,7 @@ def test_each_device_carries_only_its_slice_of_the_optimizer_state_and_best_para
     strategy = COORDINATEWISE["OpenES"]
     state = strategy.init(jax.random.key(0), odd_sized_params())
     mesh = es.make_mesh(8)
-    _, resolved = execution.check_evolve_args(strategy, noisy_fitness, state, 1, mesh, "sharded")
+    _, resolved = execution.check_evolve_args(strategy, es.fitness.adapter(noisy_fitness), state, 1, mesh, "sharded")
     run = functools.partial(evolution.run_generations, strategy.program(), es.fitness.adapter(noisy_fitness), mesh,
                             resolved, 2, gather=False)
     hp = strategy.hyperparameters(70_001)
@@ -271,12 +271,12 @@ def test_auto_is_sharded_on_several_devices_else_fitness():
     strategy = es.OpenES(popsize=16, sigma=0.1, optimizer=optax.sgd(0.1))
     state = strategy.init(jax.random.key(0), params)
     for n, expected in ((1, "fitness"), (8, "sharded")):
-        assert execution.check_evolve_args(strategy, sphere, state, 1, es.make_mesh(n), "auto")[1].exchange == expected
+        assert execution.check_evolve_args(strategy, es.fitness.adapter(sphere), state, 1, es.make_mesh(n), "auto")[1].exchange == expected
     small = strategy.init(jax.random.key(0), jnp.zeros(MIN_SLICE))  # one slice would be all of it
-    assert execution.check_evolve_args(strategy, sphere, small, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
+    assert execution.check_evolve_args(strategy, es.fitness.adapter(sphere), small, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
     low_rank = es.OpenES(popsize=16, noise=es.LowRankNoise())
     state = low_rank.init(jax.random.key(0), {"w": jnp.zeros((10, 30))})
-    assert execution.check_evolve_args(low_rank, sphere, state, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
+    assert execution.check_evolve_args(low_rank, es.fitness.adapter(sphere), state, 1, es.make_mesh(8), "auto")[1].exchange == "fitness"
     # auto gives the bits of fitness
     chex.assert_trees_all_equal(
         evolve(strategy, params, 8, "auto", fitness_fn=sphere),

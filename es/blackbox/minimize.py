@@ -31,6 +31,7 @@ from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
 from es.engine import ask_tell, stopping
 from es.engine.evolution import evolve_checked
 from es.engine.execution import check_evolve_args
+from es.fitness import adapter
 from es.parallel.mesh import make_mesh
 from es.strategies import CMAES, SepCMAES
 from es.strategies.base import Strategy
@@ -204,7 +205,7 @@ class _Minimization:
 
     def compiled_generations(self, strategy: Strategy, state, index: int, left: float):
         """Up to ``CHUNK`` generations of a JAX function or an ``es.HostFitness`` in one compiled call."""
-        fitness = objective.as_fitness(self.fun) if self.kind == "jax" else self.fun
+        fitness = adapter(objective.as_fitness(self.fun) if self.kind == "jax" else self.fun)
         count = int(min(CHUNK, left, (self.max_evals - self.nfev) // strategy.popsize))
         mesh, execution = check_evolve_args(strategy, fitness, state, count, make_mesh(popsize=strategy.popsize))
         state, metrics = evolve_checked(strategy, fitness, state, count, mesh, execution)

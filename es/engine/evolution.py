@@ -19,7 +19,7 @@ from es.engine import stopping, update
 from es.engine.execution import Execution, check_evolve_args
 from es.engine.generation import generation_step
 from es.engine.partition import BLOCK, Partition
-from es.fitness import adapter
+from es.fitness import Fitness, adapter
 from es.noise import Layout
 from es.parallel.distributed import replicate
 from es.strategies.base import State, Strategy
@@ -87,17 +87,18 @@ def evolve(
       On a mesh spanning processes both are global arrays that every process
       can read (``np.asarray``, ``es.distributed.fetch``).
     """
-    mesh, execution = check_evolve_args(strategy, fitness_fn, state, num_generations, mesh, exchange,
+    fitness = adapter(fitness_fn)  # the one adapter of the call
+    mesh, execution = check_evolve_args(strategy, fitness, state, num_generations, mesh, exchange,
                                         eval_batch_size, update_batch_size, stop_criteria)
-    return evolve_checked(strategy, fitness_fn, state, num_generations, mesh, execution)
+    return evolve_checked(strategy, fitness, state, num_generations, mesh, execution)
 
 
 def evolve_checked(
-    strategy: Strategy, fitness_fn: Callable, state: State, num_generations: int, mesh: Mesh, execution: Execution
+    strategy: Strategy, fitness: Fitness, state: State, num_generations: int, mesh: Mesh, execution: Execution
 ) -> tuple[State, Metrics]:
-    """``evolve`` once its arguments passed ``check_evolve_args`` (``es.run``'s segments, a one-run sweep)."""
+    """``evolve`` once its arguments passed ``check_evolve_args`` (``es.run``'s segments, a one-run sweep);
+    ``fitness`` is an adapter (``es.fitness.adapter``)."""
     state = replicate(state, mesh)
-    fitness = adapter(fitness_fn)
     hp = strategy.hyperparameters(Layout.of(state.params).dim)
     return fitness.dispatch(
         lambda: _evolve_compiled(strategy.program(), fitness, mesh, execution, int(num_generations), hp, state),

@@ -11,7 +11,7 @@ from es import validation
 from es.engine.batching import default_update_batch_size
 from es.engine.partition import BLOCK, Partition, slice_size
 from es.engine.stopping import StopCriteria
-from es.fitness import JaxFitness, adapter
+from es.fitness import Fitness, JaxFitness
 from es.noise import Layout
 from es.parallel.mesh import resolve_mesh
 from es.strategies.base import State, Strategy, Sums, initial_state
@@ -65,16 +65,18 @@ def num_params(params) -> int:
 
 
 def check_evolve_args(
-    strategy, fitness_fn, state, num_generations, mesh, exchange="fitness", eval_batch_size=None,
+    strategy, fitness: Fitness, state, num_generations, mesh, exchange="fitness", eval_batch_size=None,
     update_batch_size=None, stop_criteria=None,
 ) -> tuple[Mesh, Execution]:
-    """Validate ``evolve``'s arguments before any compilation; return the mesh and the execution."""
+    """Validate ``evolve``'s arguments before any compilation; return the mesh and the execution. ``fitness`` is
+    the adapter the entry point made (``es.fitness.adapter``)."""
     if not isinstance(strategy, Strategy):
         raise TypeError(
             f"strategy must be an es strategy (es.OpenES, es.SNES, es.PGPE, es.ARS, es.SepCMAES, es.CMAES), "
             f"got {type(strategy).__name__}."
         )
-    fitness = adapter(fitness_fn)
+    if not isinstance(fitness, Fitness):
+        raise TypeError(f"check_evolve_args: adapt the fitness first (es.fitness.adapter), got {type(fitness).__name__}.")
     if not validation.is_int(num_generations):
         raise TypeError(
             f"num_generations must be a Python int (it is the static scan length), got {num_generations!r}."

@@ -55,7 +55,7 @@ from es import validation
 from es.engine.evolution import evolve_checked, scan_generations, shard_replicated
 from es.engine.execution import Execution, check_evolve_args, check_state
 from es.engine.generation import evaluate_local, generation_step, this_generation
-from es.fitness import GivenFitness, adapter
+from es.fitness import Fitness, GivenFitness, adapter
 from es.noise import Layout
 from es.parallel.distributed import replicate
 from es.strategies.base import TRACED, State, Strategy
@@ -125,12 +125,13 @@ def evolve_many(
       optimizers that compute differently, states of another structure, and
       everything ``es.evolve`` refuses.
     """
-    sweep = check_evolve_many_args(strategies, fitness_fn, states, num_generations, mesh, exchange, eval_batch_size,
+    fitness = adapter(fitness_fn)  # the one adapter of the call
+    sweep = check_evolve_many_args(strategies, fitness, states, num_generations, mesh, exchange, eval_batch_size,
                                    update_batch_size, stop_criteria)
-    return evolve_many_checked(sweep, fitness_fn, states, num_generations)
+    return evolve_many_checked(sweep, fitness, states, num_generations)
 
 
-def evolve_many_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[State], num_generations: int):
+def evolve_many_checked(sweep: Sweep, fitness: Fitness, states: Sequence[State], num_generations: int):
     """``evolve_many`` once its arguments passed ``check_evolve_many_args`` (``es.run_many``: every segment).
 
     The states are stacked along a leading run axis, and split again, by
@@ -140,11 +141,11 @@ def evolve_many_checked(sweep: Sweep, fitness_fn: Callable, states: Sequence[Sta
     what surrounds it, its update could round otherwise than ``es.evolve``'s.
     """
     if len(states) == 1:
-        state, metrics = evolve_checked(sweep.first, fitness_fn, states[0], num_generations, sweep.mesh,
+        state, metrics = evolve_checked(sweep.first, fitness, states[0], num_generations, sweep.mesh,
                                         sweep.execution)
         return [state], [metrics]
     hyperparameters, stacked = replicate((sweep.hyperparameters, stack(list(states))), sweep.mesh)
-    stacked, metrics = _evolve_many_compiled(sweep.program, adapter(fitness_fn), sweep.mesh, sweep.execution,
+    stacked, metrics = _evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution,
                                              int(num_generations), hyperparameters, stacked)
     return unstack(stacked, metrics)
 
@@ -215,10 +216,11 @@ def sweep_step(program, fitness, mesh, execution, noise_aux, hyperparameters, st
 
 
 def check_evolve_many_args(
-    strategies, fitness_fn, states, num_generations, mesh, exchange="fitness", eval_batch_size=None,
+    strategies, fitness: Fitness, states, num_generations, mesh, exchange="fitness", eval_batch_size=None,
     update_batch_size=None, stop_criteria=None,
 ) -> Sweep:
-    """Validate ``evolve_many``'s arguments before any compilation; return the ``Sweep``."""
+    """Validate ``evolve_many``'s arguments before any compilation; return the ``Sweep`` (``fitness``: the
+    adapter the entry point made)."""
     for name, value, one in (("strategies", strategies, Strategy), ("states", states, State)):
         if isinstance(value, one):
             raise TypeError(
@@ -241,16 +243,16 @@ def check_evolve_many_args(
                 f"es.evolve_many: strategies[{i}] must be an es strategy (es.OpenES, es.SNES, ...), "
                 f"got {type(strategy).__name__}."
             )
-    if adapter(fitness_fn).on_host:
+    if fitness.on_host:
         raise TypeError(
             "es.evolve_many(fitness_fn=...): an es.HostFitness is not supported in a sweep yet; run each seed "
             "with es.evolve or es.run (or drive the runs with es.ask/es.tell)."
         )
-    mesh, execution = check_evolve_args(strategies[0], fitness_fn, states[0], num_generations, mesh, exchange,
+    mesh, execution = check_evolve_args(strategies[0], fitness, states[0], num_generations, mesh, exchange,
                                         eval_batch_size, update_batch_size, stop_criteria)
     optimizers = check_same_program(strategies, states[0].params)
     for i in range(1, len(strategies)):
-        _check_run_state(i, strategies[i], fitness_fn, states[i], states[0])
+        _check_run_state(i, strategies[i], fitness, states[i], states[0])
     dim = Layout.of(states[0].params).dim
     dtype = jnp.result_type(float)
     hyperparameters = jax.tree.map(lambda *values: np.asarray(values, dtype),
@@ -379,10 +381,10 @@ def _update_program(optimizer: optax.GradientTransformation, abstract_params) ->
     return str(jax.tree.structure(state)), str(closed.jaxpr), constants
 
 
-def _check_run_state(i: int, strategy: Strategy, fitness_fn, state, first_state) -> None:
+def _check_run_state(i: int, strategy: Strategy, fitness: Fitness, state, first_state) -> None:
     """``state`` must belong to ``strategy`` and have the structure, shapes and dtypes of ``states[0]``."""
     try:
-        check_state(strategy, adapter(fitness_fn), state)
+        check_state(strategy, fitness, state)
     except (TypeError, ValueError) as error:
         raise type(error)(f"es.evolve_many: states[{i}] (of strategies[{i}]): {error}") from None
     difference = validation.tree_difference(state, first_state)

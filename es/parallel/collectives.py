@@ -150,10 +150,11 @@ def compiled_generation_hlo(
 
     ``execution``: ``exchange``, ``eval_batch_size``, ``update_batch_size`` as for ``es.evolve``.
     """
-    mesh, resolved = engine_execution.check_evolve_args(strategy, fitness_fn, state, 1, mesh, **execution)
+    fitness = adapter(fitness_fn)
+    mesh, resolved = engine_execution.check_evolve_args(strategy, fitness, state, 1, mesh, **execution)
     state = replicate(state, mesh)
     hp = strategy.hyperparameters(Layout.of(state.params).dim)
-    lowered = _one_generation.lower(strategy.program(), adapter(fitness_fn), mesh, resolved, hp, state)
+    lowered = _one_generation.lower(strategy.program(), fitness, mesh, resolved, hp, state)
     return lowered.compile().as_text()
 
 

@@ -152,12 +152,13 @@ def run(
     ).check("es.run")
     check_run_dir("es.run", "run_dir", run_dir)
     check_config("es.run", "config", config)
-    mesh, execution = check_evolve_args(strategy, fitness_fn, state, num_generations, *options.evolve_arguments())
-    advance = functools.partial(evolve_checked, strategy, fitness_fn, mesh=mesh, execution=execution)
+    fitness = adapter(fitness_fn)  # the one adapter of the run
+    mesh, execution = check_evolve_args(strategy, fitness, state, num_generations, *options.evolve_arguments())
+    advance = functools.partial(evolve_checked, strategy, fitness, mesh=mesh, execution=execution)
     runs = [RunDir(run_dir, _identity(config, strategy, execution, mesh))]
     driver = Driver(advance, lambda states: states[0], lambda state: [state], lambda metrics: [metrics])
     each_segment = on_segment and (lambda segments: on_segment(segments[0]))
-    return _run_all(driver, fitness_fn, runs, [state], options, each_segment)[0]
+    return _run_all(driver, fitness, runs, [state], options, each_segment)[0]
 
 
 def run_many(
@@ -225,7 +226,8 @@ def run_many(
     if count == 0:
         raise ValueError("es.run_many(strategies=[]): a sweep needs at least one run: give one strategy and one "
                          "initial state per run (es.run runs a single one).")
-    sweep = check_evolve_many_args(strategies, fitness_fn, states, num_generations, *options.evolve_arguments())
+    fitness = adapter(fitness_fn)  # the one adapter of the sweep
+    sweep = check_evolve_many_args(strategies, fitness, states, num_generations, *options.evolve_arguments())
     run_dirs = check_per_run("run_dirs", run_dirs, count)
     configs = check_per_run("configs", configs, count)
     for i, (run_dir, config) in enumerate(zip(run_dirs, configs)):
@@ -242,8 +244,8 @@ def run_many(
                 "previous segment; use keep_checkpoints=2 or more."
             )
     runs = [RunDir(d, _identity(c, s, sweep.execution, sweep.mesh)) for d, c, s in zip(run_dirs, configs, strategies)]
-    advance = functools.partial(evolve_many_checked, sweep, fitness_fn)
-    return _run_all(Driver(advance, list, list, list), fitness_fn, runs, list(states), options, on_segment)
+    advance = functools.partial(evolve_many_checked, sweep, fitness)
+    return _run_all(Driver(advance, list, list, list), fitness, runs, list(states), options, on_segment)
 
 
 def _identity(config, strategy: Strategy, execution, mesh: Mesh) -> Any:
@@ -253,7 +255,7 @@ def _identity(config, strategy: Strategy, execution, mesh: Mesh) -> Any:
     ))
 
 
-def _run_all(driver: Driver, fitness_fn, runs: list[RunDir], states: list[State], options: RunOptions,
+def _run_all(driver: Driver, fitness, runs: list[RunDir], states: list[State], options: RunOptions,
              on_segment) -> list[RunResult]:
     """Open (or resume) every run, run the segment loop, close the checkpointers; one ``RunResult`` per run.
 
@@ -273,7 +275,7 @@ def _run_all(driver: Driver, fitness_fn, runs: list[RunDir], states: list[State]
         if runs[0].run_dir is not None:  # and every process returns only once it is (a resume may follow at once)
             distributed.all_processes(f"{name}/closed")
     finally:
-        adapter(fitness_fn).close()  # an es.HostFitness stops its workers
+        fitness.close()  # an es.HostFitness stops its workers
     return results
 
 

@@ -132,7 +132,8 @@ def throughput_child(popsize: int, inputs: int, widths: list[int], eval_batch_si
                          noise=es.LowRankNoise(rank=1, factored=True))
     state = strategy.init(jax.random.key(1), params)
     mesh = es.make_mesh(1)
-    execution = es.engine.check_evolve_args(strategy, fitness, state, 1, mesh, eval_batch_size=eval_batch_size)[1]
+    execution = es.engine.check_evolve_args(strategy, es.fitness.adapter(fitness), state, 1, mesh,
+                                            eval_batch_size=eval_batch_size)[1]
     batch = execution.eval_batch_size
     es_cpu, es_seconds = _per_generation(
         lambda s, g: es.evolve(strategy, fitness, s, g, mesh=mesh, eval_batch_size=batch), state, 1, 3, repeats)
