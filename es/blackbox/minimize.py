@@ -5,7 +5,7 @@
     result.x, result.fun, result.nfev, result.stop
 
 One call runs one or more *runs* of a strategy (restarts: ``es.blackbox.restarts``), in float64
-(``jax.enable_x64`` for the call), each until it meets a stopping condition (``es.engine.stopping``), and
+(``jax_enable_x64`` switched on for the call, ``float64``), each until it meets a stopping condition (``es.engine.stopping``), and
 the whole call until ``max_evals`` (never exceeded), the ``target`` or the last run. A run reads top to
 bottom:
 
@@ -17,6 +17,7 @@ bottom:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Any, Callable, NamedTuple
@@ -128,9 +129,25 @@ def minimize(
       A ``MinimizeResult``.
     """
     kind, template, x0, schedule = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
-    with jax.enable_x64(True):
+    with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
         return _Minimization(fun, kind, template, x0, max_evals, target, seed).run_all(schedule)
+
+
+@contextlib.contextmanager
+def float64():
+    """``jax_enable_x64`` on for the duration of the call, and back as it was.
+
+    The global setting, not ``jax.enable_x64``'s thread-local one: XLA's callback threads and an
+    ``es.HostFitness``'s dispatch thread see it too, and jax 0.10's caches of ``jax.numpy`` helpers mix
+    float32 and float64 constants across thread-local contexts.
+    """
+    was = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", was)
 
 
 class _Minimization:

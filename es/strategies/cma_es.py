@@ -185,12 +185,12 @@ class CMAES(Strategy):
         axis = generation % n
         step_on_axis = 0.1 * state.sigma * state.scales[axis] * state.basis[:, axis]
         return {
-            "tolx": jnp.all(state.sigma * jnp.maximum(jnp.abs(state.path_cov), jnp.sqrt(jnp.diag(state.cov)))
+            "tolx": jnp.all(state.sigma * jnp.maximum(jnp.abs(state.path_cov), jnp.sqrt(_diagonal(state.cov)))
                             < criteria.tolx),
             "tolupsigma": state.sigma / hp.sigma > criteria.tolupsigma * jnp.max(state.scales),
             "conditioncov": jnp.max(state.scales) ** 2 > criteria.conditioncov * jnp.min(state.scales) ** 2,
             "noeffectaxis": jnp.all(mean + step_on_axis == mean),
-            "noeffectcoord": jnp.any(mean + 0.2 * state.sigma * jnp.sqrt(jnp.diag(state.cov)) == mean),
+            "noeffectcoord": jnp.any(mean + 0.2 * state.sigma * jnp.sqrt(_diagonal(state.cov)) == mean),
         }
 
 
@@ -200,3 +200,10 @@ def eigen(cov: jax.Array) -> tuple[jax.Array, jax.Array]:
     values, vectors = jnp.linalg.eigh((cov + cov.T) / 2)
     tiny = jnp.finfo(cov.dtype).tiny / jnp.finfo(cov.dtype).eps
     return vectors, jnp.sqrt(jnp.maximum(values, tiny))
+
+
+def _diagonal(matrix: jax.Array) -> jax.Array:
+    """``matrix``'s diagonal by indexing (``jnp.diag`` traced first without ``jax_enable_x64`` and then with it
+    in one process mixes float32 and float64 constants in jax 0.10)."""
+    index = jnp.arange(matrix.shape[0])
+    return matrix[index, index]
