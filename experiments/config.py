@@ -137,6 +137,8 @@ def strategy_schema(name: str) -> dict[str, Field]:
     helps = _argument_help(cls)
     fields = {"name": Field("choice", DEFAULT_STRATEGY, "the strategy, one of es.STRATEGIES", _strategy_names)}
     for field in dataclasses.fields(cls):
+        if not field.init:  # derived from the settings (PGPE's adapts_sigma): not a key of the config
+            continue
         kind, choices = _kind(cls, field.name, hints[field.name])
         if "optimizer" in field.metadata:
             default = dict(field.metadata["optimizer"])
@@ -171,7 +173,7 @@ def _kind(cls, name: str, hint) -> tuple[str, Callable[[], list[str]] | None]:
         return "choice", _shaping_methods  # str | ShapingFn: the shaping methods
     if hint is optax.GradientTransformation:
         return "optimizer", None
-    if args <= set(es.noise.NOISE_SOURCES):
+    if es.NoiseSource in args:
         return "noise", None
     raise TypeError(f"experiments.config: {cls.__name__}.{name} has no YAML form (type {hint}).")
 

@@ -22,6 +22,7 @@ ENV_DEFAULTS: dict[str, dict] = {
     "PGPE": {"popsize": 128, "sigma": 0.1},
     "ARS": {"popsize": 256, "sigma": 0.05, "learning_rate": 0.05, "top_k": 32},
     "SepCMAES": {"popsize": 256, "sigma": 0.1},
+    "CMAES": {"popsize": 64, "sigma": 0.1},
 }
 """Constructor arguments of each strategy for environments (``tasks.make(env_id)``, its default policy);
 an ``optimizer`` is given as ``{"name": ..., **arguments}`` (``es.optimizers.make``)."""
@@ -33,6 +34,7 @@ FUNCTION_DEFAULTS: dict[str, dict] = {
              "optimizer": {"name": "clipup", "learning_rate_fraction": 0.01, "max_speed_fraction": 0.02}},
     "ARS": {"popsize": 64, "sigma_fraction": 0.05, "learning_rate_fraction": 0.01},
     "SepCMAES": {"popsize": 64, "sigma_fraction": 0.3},
+    "CMAES": {"popsize": 64, "sigma_fraction": 0.3},
 }
 """The same for benchmark functions; ``<argument>_fraction`` is that argument as a fraction of the search
 box's width ``upper - lower``."""
@@ -77,7 +79,7 @@ def default_strategy(task, name: str | None = None) -> es.Strategy:
 
     Args:
       task: from ``tasks.make`` (an environment or a benchmark function).
-      name: ``"OpenES"``, ``"SNES"``, ``"PGPE"``, ``"ARS"`` or ``"SepCMAES"``
+      name: ``"OpenES"``, ``"SNES"``, ``"PGPE"``, ``"ARS"``, ``"SepCMAES"`` or ``"CMAES"``
         (the keys of ``es.STRATEGIES``), or ``None`` for the recommended one
         (``recommended(task)``): ``"OpenES"``, but ``"ARS"`` on a gymnasium
         task and ``"SNES"`` on a gymnax task with image observations
@@ -94,7 +96,9 @@ def default_strategy(task, name: str | None = None) -> es.Strategy:
     - PGPE: popsize 128, sigma 0.1 (its own ``es.clipup(0.15, max_speed=0.3)``);
     - ARS: popsize 256 (128 directions, the best 32 kept), sigma 0.05,
       learning rate 0.05;
-    - SepCMAES: popsize 256, sigma 0.1.
+    - SepCMAES: popsize 256, sigma 0.1;
+    - CMAES: popsize 64, sigma 0.1 (policies of at most 4,096 params: the
+      default 64 x 64 MLP has more, which CMAES refuses).
 
     Each reaches a return of 500 on CartPole-v1 and better than -200 on
     Pendulum-v1 on seeds 0, 1 and 2 (``python -m experiments.check_defaults``;
@@ -113,7 +117,8 @@ def default_strategy(task, name: str | None = None) -> es.Strategy:
     - SNES: popsize 64, sigma ``0.1 w``;
     - PGPE: popsize 64, sigma ``0.1 w``, ``es.clipup(0.01 w, max_speed=0.02 w)``;
     - ARS: popsize 64, sigma ``0.05 w``, learning rate ``0.01 w``;
-    - SepCMAES: popsize 64, sigma ``0.3 w``.
+    - SepCMAES: popsize 64, sigma ``0.3 w``;
+    - CMAES: popsize 64, sigma ``0.3 w``.
 
     gymnasium environments (``tasks.make("gymnasium:<id>")``, a linear policy
     with observation normalisation): ``es.ARS``, Mania et al. 2018's V2-t,

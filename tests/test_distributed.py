@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import es
+import es.engine.execution
 from es.parallel import launch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +103,7 @@ def test_the_split_update_runs_across_two_processes_bit_for_bit(tmp_path):
     """SNES (coordinatewise) on 8,800 params with exchange="sharded": each process's device updates its half of
     the coordinates and the halves cross processes; the result is one process's on one device, bit for bit."""
     strategy, hidden = "SNES", 1100
-    assert es.engine.update.applies(es.STRATEGIES[strategy](popsize=32, sigma=0.1), 8 * hidden)
+    assert es.engine.execution.splits_update(es.STRATEGIES[strategy](popsize=32, sigma=0.1), 8 * hidden, 2)
     worker = [WORKER, "--strategy", strategy, "--hidden", str(hidden), "--exchange", "sharded"]
     runs = {"2x1": tmp_path / "2x1", "1x1": tmp_path / "1x1"}
     for path in runs.values():

@@ -14,6 +14,7 @@ ENV_DOCUMENTED = {
     "PGPE": {"popsize": 128, "sigma": 0.1, "step": 0.15},
     "ARS": {"popsize": 256, "sigma": 0.05, "learning_rate": 0.05, "top_k": 32},
     "SepCMAES": {"popsize": 256, "sigma": 0.1},
+    "CMAES": {"popsize": 64, "sigma": 0.1},
 }
 WIDTH = 10.0  # the sphere's box [-5, 5]
 FUNCTION_DOCUMENTED = {
@@ -22,6 +23,7 @@ FUNCTION_DOCUMENTED = {
     "PGPE": {"popsize": 64, "sigma": 0.1 * WIDTH, "step": 0.01 * WIDTH},
     "ARS": {"popsize": 64, "sigma": 0.05 * WIDTH, "learning_rate": 0.01 * WIDTH, "top_k": None},
     "SepCMAES": {"popsize": 64, "sigma": 0.3 * WIDTH},
+    "CMAES": {"popsize": 64, "sigma": 0.3 * WIDTH},
 }
 
 

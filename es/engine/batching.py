@@ -32,8 +32,8 @@ def default_eval_batch_size(popsize: int, dim: int, antithetic: bool = False) ->
     device counts). With ``antithetic`` it is even where possible (at least
     2), so batches hold whole pairs that share one noise draw.
 
-    Small batches are faster on CPU (measured in docs/benchmarks.md: 4 members
-    of 1e5 params run 1.7x faster than 128) because the perturbations stay in
+    Small batches are faster on CPU (docs/benchmarks.md, "Measurements behind
+    the defaults") because the perturbations stay in
     cache between being built and being evaluated.
     """
     base = popsize // math.gcd(popsize, REFERENCE_MESH_SIZE)
@@ -50,8 +50,8 @@ def default_update_batch_size(dim: int) -> int:
     The sum is a fused reduction, so a chunk is never materialised: small
     chunks keep the loop's working set in cache at large ``dim``, and at small
     ``dim`` a chunk as large as ``EVAL_BUDGET_FLOATS`` allows amortises the
-    loop's per-step overhead (1e3 params: 128 vectors per step run 1.3x faster
-    than 16). At least ``UPDATE_CHUNK``, at most the noise budget.
+    loop's per-step overhead (docs/benchmarks.md). At least ``UPDATE_CHUNK``, at
+    most the noise budget.
     """
     return min(max(UPDATE_CHUNK, EVAL_BUDGET_FLOATS // dim), budget_batch_size(dim))
 

@@ -85,7 +85,7 @@ class FitnessError(RuntimeError):
 def member_seed(key: jax.Array) -> jax.Array:
     """uint32 seed of the member whose evaluation key is ``key``: what ``HostFitness`` passes ``fn``.
 
-    ``key`` is ``es.population.eval_key(generation_key, member)``, the key a
+    ``key`` is ``es.engine.members.eval_key(generation_key, member)``, the key a
     JAX fitness would receive; ``np.random.default_rng(seed)`` then gives the
     member reproducible randomness.
     """

@@ -39,7 +39,7 @@ class LowRank(NamedTuple):
       base: the mean's leaf, its own shape and dtype; shared by every member
         (not batched under the engine's ``vmap``).
       factors: ``(A, B)``, float32 ``[m, r]`` and ``[n, r]`` for the leaf's
-        matrix view ``(m, n)`` (``es.layout.Layout.matrix_shape``: leading
+        matrix view ``(m, n)`` (``es.Layout.matrix_shape``: leading
         axes merged into rows).
       scale: float32 scalar, ``sigma * s_i / sqrt(r)`` (``s_i = -1`` for the
         second member of an antithetic pair).

@@ -190,7 +190,7 @@ class ExchangeCost(NamedTuple):
       mode: ``"fitness"``, ``"sharded"`` or ``"gradient"``.
       bytes: bytes crossing devices per generation by the model: the
         all-gathered fitnesses (``4 P``) plus, for ``"sharded"``, the
-        all-gathered slices (``S = es.coordinates.slice_size(D, n)``, about
+        all-gathered slices (``S = es.engine.partition.slice_size(D, n)``, about
         ``D / n``) of the sums (``4 n S``, twice that when the strategy
         needs ``Sums.square``) or, for a coordinatewise strategy (which
         updates its slice on each device), of the new mean and of each
