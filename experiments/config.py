@@ -691,7 +691,7 @@ def initial_state(task, strategy, seed: int, fitness=None):
     """``(fitness, state)`` of a new run, seeded as ``es.init_from_seed`` seeds every run.
 
     ``fitness`` is what the run evolves with (default ``task.fitness``; e.g. an env task's
-    ``counting_fitness``).
+    ``fitness``).
     """
     import es
 

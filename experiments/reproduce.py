@@ -148,8 +148,7 @@ def train_seeds(config: dict, task, strategy, seeds: list[int], eval_episodes: i
     run = config["run"]
     generations, segment, islands = run["generations"], run["segment"], run["islands"]
     mesh = make_mesh(config, strategy.popsize)
-    # counting_fitness: task.fitness's returns, plus a count of env steps in the state
-    fitness = task.counting_fitness
+    fitness = task.fitness  # the returns, and a count of env steps in the state
 
     curve_eval = jax.jit(task.held_out(CURVE_EPISODES).mean_return)
     reference_eval = jax.jit(task.held_out(REFERENCE_TEST_EPISODES).mean_return)
@@ -259,7 +258,7 @@ def train_islands(config, task, strategy, seeds, eval_keys, point, run_all):
     from experiments.config import initial_state
 
     islands, island_generations = config["run"]["islands"], config["run"]["island_generations"]
-    starts = [initial_state(task, strategy, island_seed(seed, k, islands), fitness=task.counting_fitness)[1]
+    starts = [initial_state(task, strategy, island_seed(seed, k, islands), fitness=task.fitness)[1]
               for seed in seeds for k in range(islands)]
     island_keys = [key for key in eval_keys for _ in range(islands)]
     curves = [[point(state, key, 0, 0.0, None)] for state, key in zip(starts, island_keys)]

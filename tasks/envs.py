@@ -300,24 +300,17 @@ class EnvTask:
         return update_fitness_state(fitness_state, stats)
 
     @property
-    def counting_fitness(self):
-        """A ``StatefulFitness`` that counts env steps in ``state.fitness_state.env_steps``.
+    def fitness(self):
+        """What to hand ``es.evolve``, the task's one fitness: an ``es.StatefulFitness`` whose value is the mean
+        return over ``num_episodes`` episodes and whose state counts env steps
+        (``state.fitness_state.env_steps``) and, with ``obs_norm``, holds the running observation statistics.
+        Each member additionally reports its steps (one float), all-gathered with the fitnesses. Wrapped in an
+        ``es.CommonRandomNumbers`` when ``common_random_numbers`` is set.
 
-        It normalises observations when ``obs_norm``; each member additionally
-        reports one float (its steps), all-gathered with the fitnesses.
-        Wrapped in an ``es.CommonRandomNumbers`` when ``common_random_numbers``
-        is set.
+        Make the state with ``strategy.init(key, params, fitness=task.fitness)``. Callable as
+        ``fitness(params, key) -> float32 scalar`` too (under the initial statistics).
         """
         return self._shared(es.StatefulFitness(self.init_fitness_state, self.evaluate, self.update_fitness_state))
-
-    @property
-    def fitness(self):
-        """What to hand ``es.evolve``: ``mean_return`` or, with ``obs_norm``, ``counting_fitness``; wrapped in
-        an ``es.CommonRandomNumbers`` when ``common_random_numbers`` is set.
-
-        Either is callable as ``fitness(params, key) -> float32 scalar``.
-        """
-        return self.counting_fitness if self.obs_norm else self._shared(self.mean_return)
 
     def _shared(self, fitness):
         """``fitness``, evaluated with common random numbers if the task asks for them."""

@@ -34,7 +34,9 @@ def test_a_tiny_cell_runs_both_libraries_and_renders_a_report():
     for library in ("es", "evosax"):
         assert len(result[library]["gaps"]) == 2 and all(math.isfinite(g) for g in result[library]["gaps"])
         assert result[library]["s_per_gen"] > 0
-    assert result["verdict"] in ("better", "tie", "loss")
+    for library in ("es", "evosax"):
+        assert result[library]["median_gap"] == float(np.median(result[library]["gaps"]))
+    assert result["verdict"] == strategies.verdict(result["es"]["median_gap"], result["evosax"]["median_gap"])
     report = strategies.report({"machine": "test", "seconds": 1.0, "popsize": {3: 8}, "generations": {3: 2},
                                 "seeds": 2, "cells": [result], "speed": []})
     assert "| sphere |" in report and "SNES / SNES" in report and "target >= 80%" in report

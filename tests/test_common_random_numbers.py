@@ -119,5 +119,5 @@ def test_a_task_option_wraps_its_training_fitness_and_held_out_evaluation_drops_
         tasks.make("CartPole-v1", common_random_numbers="yes")
     assert isinstance(tasks.make("CartPole-v1", obs_norm=False, common_random_numbers="generation").fitness,
                       es.CommonRandomNumbers)
-    counting = tasks.make("CartPole-v1", common_random_numbers="generation").counting_fitness  # reproduce trains with it
+    counting = tasks.make("CartPole-v1", common_random_numbers="generation").fitness  # the task's one fitness
     assert isinstance(counting, es.CommonRandomNumbers) and isinstance(counting.fitness, es.StatefulFitness)

@@ -1,5 +1,7 @@
 """Experiment configs: defaults, --set overrides with YAML values, and errors that name the key and the choices."""
 
+import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
@@ -42,7 +44,7 @@ def test_set_overrides_take_yaml_values_and_reach_nested_keys():
     assert strategy["noise"] == {"name": "table", "size": 1000, "seed": 0}
     _, built = config_lib.build(config)
     assert built.noise == es.NoiseTable(1000, 0)
-    assert float(built.sigma_at(10)) == pytest.approx(0.45)
+    assert float(built.sigma_at(built.hyperparameters(4), 10)) == pytest.approx(0.45)
 
 
 def test_low_rank_noise_has_a_yaml_form():
@@ -56,7 +58,16 @@ def test_schedules_map_to_optax_and_reach_optimizer_arguments():
     config = resolved(["strategy.optimizer={name: sgd, momentum: 0.9, learning_rate: "
                        "{schedule: cosine_decay, init_value: 0.1, decay_steps: 100}}"])
     _, strategy = config_lib.build(config)
-    assert isinstance(strategy.optimizer, optax.GradientTransformation)
+    # The schedule reached the optimizer: its updates are those of sgd(cosine_decay(0.1, 100), momentum 0.9).
+    expected = optax.sgd(optax.cosine_decay_schedule(0.1, 100), momentum=0.9)
+    params = jnp.zeros(2)
+    states = (strategy.optimizer.init(params), expected.init(params))
+    for step in range(60):
+        gradient = jnp.full(2, 1.0 + step % 3)
+        got, state = strategy.optimizer.update(gradient, states[0], params)
+        want, state_expected = expected.update(gradient, states[1], params)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        states = (state, state_expected)  # a dropped schedule (a constant 0.1) differs from step 1 on
 
 
 @pytest.mark.parametrize(

@@ -12,10 +12,10 @@ import pytest
 from conftest import sphere
 
 import es
-from es.engine import generation as engine
+from es.engine import execution, generation as engine
 from es.engine import members as population
-from es.noise.layout import Layout
-from es.noise.sources import standard_normal
+from es.noise import Layout
+from es.noise import standard_normal
 
 
 def mlp_params(key=jax.random.key(1)):
@@ -229,4 +229,4 @@ def test_ask_gives_materialised_members_with_factored_noise():
     assert members["w1"].shape == (8, 6, 16)
     state_m = es.OpenES(popsize=8, sigma=0.1, noise=es.LowRankNoise()).init(jax.random.key(0), mlp_params())
     chex.assert_trees_all_equal(members, es.ask(es.OpenES(popsize=8, sigma=0.1, noise=es.LowRankNoise()), state_m))
-    assert engine.resolve_execution(strategy, Layout.of(mlp_params()), "fitness", None, None).update_batch_size >= 16
+    assert execution.resolve_execution(strategy, Layout.of(mlp_params()), "fitness", None, None).update_batch_size >= 16

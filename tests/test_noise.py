@@ -14,10 +14,10 @@ from conftest import rastrigin
 import es
 from es.engine import generation as engine
 from es.engine import members as population
-from es.fitness.functions import FitnessRef
+from es.fitness import JaxFitness
 from es.engine.batching import default_eval_batch_size, map_chunks
-from es.noise.layout import Layout
-from es.noise.sources import standard_normal
+from es.noise import Layout
+from es.noise import standard_normal
 
 SOURCES = [es.GaussianNoise(), es.NoiseTable(size=4096, seed=3)]
 SOURCE_IDS = ["prng", "table"]
@@ -118,7 +118,7 @@ def key_using_fitness(params, key):
 def evaluate_both_ways(params, sigma):
     """Members 0..23 evaluated drawing each pair's noise once, and drawing it per member."""
     strategy = es.OpenES(popsize=24, sigma=sigma)
-    fitness = FitnessRef(
+    fitness = JaxFitness(
         es.StatefulFitness(init=lambda: (), evaluate=lambda p, k, s: (key_using_fitness(p, k), p), update=None)
     )
     gen_key = population.generation_key(jax.random.key(2), jnp.int32(5))
@@ -151,7 +151,7 @@ def test_pair_evaluation_members_differ_from_per_member_ones_by_at_most_one_roun
     # rounding moves a float32 by at most spacing(1) = 2**-23; the two paths round differently once.
     for a, b in zip(jax.tree.leaves(pair_members), jax.tree.leaves(member_members)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=2 * np.spacing(np.float32(1)))
-    np.testing.assert_allclose(pair_fitness, member_fitness, rtol=1e-6)
+    np.testing.assert_allclose(pair_fitness.value, member_fitness.value, rtol=1e-6)
 
 
 @pytest.mark.parametrize("popsize", [2, 8, 16, 24, 48, 64, 96, 256, 1000, 1024, 4096])

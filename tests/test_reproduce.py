@@ -73,7 +73,7 @@ def test_restarted_at_sigma_keeps_the_mean_and_fitness_state_and_restarts_only_t
     import es
 
     config, (task, strategy) = reproduce.load_config("experiments/configs/breakout_minatar.yaml")
-    state = es.init_from_seed(strategy, 0, task.init_params, fitness=task.counting_fitness)
+    state = es.init_from_seed(strategy, 0, task.init_params, fitness=task.fitness)
     state = state._replace(strategy_state=state.strategy_state._replace(sigma=state.strategy_state.sigma * 0.5))
     restarted, [after] = reproduce.restarted_at_sigma(strategy, [state], config["run"]["sigma_after_islands"])
 
