@@ -189,6 +189,9 @@ class _Minimization:
         limit = settings.max_generations or math.inf
         generations = 0
         step = self.python_generation if self.kind == "python" else self.compiled_generations
+        if self.kind == "python":  # the loop over generations stays with es.engine's ask/tell, checked once
+            state = ask_tell.Loop(strategy, state)
+            state.members = state.first()
         while True:
             state, done, stop = step(strategy, state, index, limit - generations)
             generations += done
@@ -201,11 +204,11 @@ class _Minimization:
             if generations >= limit:
                 return f"max_generations: this small-population run's {int(limit)} generations are spent"
 
-    def python_generation(self, strategy: Strategy, state, index: int, left: float):
-        """One generation of a Python callable through ask/tell: ``(state, 1, stop)``."""
+    def python_generation(self, strategy: Strategy, loop, index: int, left: float):
+        """One generation of a Python callable: evaluate the members asked, tell them (and ask the next ones
+        in the same compiled call). ``(loop, 1, stop)``."""
         del left
-        members = ask_tell.ask(strategy, state)
-        leaves, treedef = jax.tree.flatten(jax.tree.map(np.asarray, members))
+        leaves, treedef = jax.tree.flatten(jax.tree.map(np.asarray, loop.members))
         values = np.full((strategy.popsize,), np.nan)
         for i in range(min(strategy.popsize, self.max_evals - self.nfev)):
             x = jax.tree.unflatten(treedef, [leaf[i] for leaf in leaves])
@@ -215,10 +218,10 @@ class _Minimization:
                 self.best, self.best_x = values[i], x
             if self.reached_target():
                 break
-        state, metrics = ask_tell.tell(strategy, state, values)
+        (best, sigma, stop), loop.members = loop.step(values)
         generation_best = np.nanmin(values) if np.any(np.isfinite(values)) else math.nan
-        self.record(metrics, generation_best, strategy.popsize, index)
-        return state, 1, self.stop_text(strategy, int(metrics["stop"]))
+        self.record(best, sigma, generation_best, strategy.popsize, index)
+        return loop, 1, self.stop_text(strategy, stop)
 
     def compiled_generations(self, strategy: Strategy, state, index: int, left: float):
         """Up to ``CHUNK`` generations of a JAX function or an ``es.HostFitness`` in one compiled call."""
@@ -230,7 +233,7 @@ class _Minimization:
         stop = ""
         for g in range(count):
             self.nfev += strategy.popsize
-            self.record({name: values[g] for name, values in metrics.items()}, float(metrics["fitness_min"][g]),
+            self.record(float(metrics["best_fitness"][g]), float(metrics["sigma"][g]), float(metrics["fitness_min"][g]),
                         strategy.popsize, index)
             stop = stop or self.stop_text(strategy, int(metrics["stop"][g]))
         if float(state.best_fitness) < self.best:
@@ -239,11 +242,11 @@ class _Minimization:
 
     # ----------------------------------------------------------------- bookkeeping
 
-    def record(self, metrics, generation_best: float, popsize: int, index: int) -> None:
+    def record(self, best_fitness: float, sigma: float, generation_best: float, popsize: int, index: int) -> None:
         self.nit += 1
-        best = min(self.best, float(metrics["best_fitness"]))
+        best = min(self.best, best_fitness)
         for name, value in (("nfev", self.nfev), ("fun", best), ("generation_fun", generation_best),
-                            ("sigma", float(metrics["sigma"])), ("popsize", popsize), ("run", index)):
+                            ("sigma", sigma), ("popsize", popsize), ("run", index)):
             self.history[name].append(value)
 
     def stop_text(self, strategy: Strategy, mask: int) -> str:

@@ -120,6 +120,40 @@ def _tell_compiled(program, mesh, execution, hp, state, given):
     return state, jax.tree.map(lambda m: m[0], metrics)
 
 
+class Loop:
+    """An ask/tell loop over one strategy and state layout, for a driver that owns its states (``es.minimize``):
+    the checks of ``tell`` made once, and each generation's tell and the next ask in one compiled call.
+
+    ``first()`` gives the first generation's members; ``step(fitness)`` tells their fitnesses and gives
+    ``(best_fitness, sigma, stop)`` of that generation (one host transfer) and the next members.
+    """
+
+    def __init__(self, strategy: Strategy, state: State, stop_criteria: stopping.StopCriteria | None = None):
+        layout = _checked(strategy, state, "tell")
+        self.strategy, self.state = strategy, state
+        self.program, self.hp, self.mesh, self.execution = _prepared(strategy, layout, None, stop_criteria)
+
+    def first(self):
+        return _ask_compiled(self.program, 0, self.strategy.popsize, False, self.hp, self.state)
+
+    def step(self, fitness: np.ndarray):
+        given = from_host(fitness, "es.tell")
+        self.state, summary, members = _tell_ask_compiled(self.program, self.mesh, self.execution, self.hp,
+                                                           self.state, given)
+        best, sigma, stop = np.asarray(summary).tolist()
+        return (best, sigma, int(stop)), members
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _tell_ask_compiled(program, mesh, execution, hp, state, given):
+    state, metrics = _tell_compiled(program, mesh, execution, hp, state, given)
+    summary = jnp.stack([metrics["best_fitness"], metrics["sigma"].astype(metrics["best_fitness"].dtype),
+                         metrics["stop"].astype(metrics["best_fitness"].dtype)])
+    noise_aux = program.noise.prepare(Layout.of(state.params))
+    members = this_generation(program, hp, noise_aux, state).members(jnp.arange(program.popsize, dtype=jnp.int32))
+    return state, summary, members
+
+
 def stop_reasons(strategy: Strategy, state: State, stop_criteria: stopping.StopCriteria | None = None) -> list[str]:
     """Why ``state`` should stop, in words (``"name: what it means"`` per condition met; ``[]``: go on).
 
