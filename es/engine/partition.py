@@ -146,13 +146,17 @@ def apart(fn: Callable, *args):
 def block_square_sums(values: jax.Array) -> jax.Array:
     """float32[ceil(len / BLOCK)]: the pairwise sum of squares of each block (the last padded with zeros).
 
-    The squares are computed ``apart``, so that no program fuses one into the first addition.
+    The squares are computed ``apart``, so that no program fuses one into the first addition. A vector of
+    one block is padded only to the next power of two: halving a block whose second half is zeros adds
+    ``+0.0`` to each entry of the first half, which changes no bit, so the sum is the full block's, with
+    fewer operations to compile.
     """
     values = values.astype(jnp.float32)
     blocks = num_blocks(values.shape[0])
-    padded = jnp.pad(values, (0, blocks * BLOCK - values.shape[0]))
+    width = BLOCK if blocks > 1 else 1 << (values.shape[0] - 1).bit_length()
+    padded = jnp.pad(values, (0, blocks * width - values.shape[0]))
     squares = apart(lambda x: x * x, padded)
-    return halve(squares.reshape(blocks, BLOCK))
+    return halve(squares.reshape(blocks, width))
 
 
 def norm_from_block_sums(block_sums: jax.Array, dim: int) -> jax.Array:
