@@ -83,7 +83,7 @@ DESCRIPTIONS = {
 
 
 class History(NamedTuple):
-    """The recent generations' fitnesses, ring buffers of ``length`` entries, higher is better.
+    """The recent generations' fitnesses, newest first (entry ``k`` is ``k`` generations old), higher is better.
 
     Attributes:
       best: float[length], each generation's best fitness (negated when minimising).
@@ -114,28 +114,21 @@ def initial_history(dim: int, popsize: int, dtype) -> History:
 
 
 def record(history: History, maximize: bool, values, residual, ranked, valid) -> History:
-    """``history`` with this generation added (unchanged when no member is valid)."""
+    """``history`` with this generation added in front (unchanged when no member is valid)."""
     sign = 1.0 if maximize else -1.0
     better = jnp.where(valid, sign * ranked, -jnp.inf)
     best = jnp.argmax(better)
-    position = history.count % history.best.shape[0]
     median = sign * jnp.nanmedian(jnp.where(valid, values, jnp.nan))
     entry = (sign * values[best], sign * (0.0 if residual is None else residual[best]), median)
     any_valid = jnp.any(valid)
-    updated = [jnp.where(any_valid, buffer.at[position].set(jnp.asarray(new, buffer.dtype)), buffer)
+    updated = [jnp.where(any_valid, jnp.concatenate([jnp.asarray(new, buffer.dtype)[None], buffer[:-1]]), buffer)
                for buffer, new in zip(history[:3], entry)]
     return History(*updated, history.count + any_valid.astype(jnp.int32), ranked.astype(history.last.dtype))
 
 
-def _by_age(buffer: jax.Array, history: History) -> jax.Array:
-    """``buffer`` ordered by age: entry 0 is the last generation recorded, entry 1 the one before, ..."""
-    length = buffer.shape[0]
-    return buffer[(history.count - 1 - jnp.arange(length)) % length]
-
-
 def _recent_range(history: History, window: int) -> jax.Array:
     """The span of the best fitness over the last ``min(count, window)`` generations, at full precision."""
-    best, residual = _by_age(history.best, history)[:window], _by_age(history.best_residual, history)[:window]
+    best, residual = history.best[:window], history.best_residual[:window]
     inside = jnp.arange(best.shape[0]) < history.count
     relative = (best - best[0]) + (residual - residual[0])
     return jnp.max(jnp.where(inside, relative, -jnp.inf)) - jnp.min(jnp.where(inside, relative, jnp.inf))
@@ -143,14 +136,12 @@ def _recent_range(history: History, window: int) -> jax.Array:
 
 def _stagnated(history: History, window: int) -> jax.Array:
     """pycma's stagnation: over the last ``window`` generations, the median of the newest 20% of the best
-    (and of the median) fitnesses is no better than the median of the oldest 20%."""
+    (and of the median) fitnesses is no better than the median of the oldest 20% (one sort of the four)."""
     part = max(1, math.ceil(0.2 * window))
-
-    def no_better(buffer):
-        aged = _by_age(buffer, history)
-        return jnp.median(aged[:part]) <= jnp.median(aged[window - part:window])
-
-    return (history.count >= max(window, 100)) & no_better(history.best) & no_better(history.median)
+    slices = jnp.stack([buffer[start:start + part] for buffer in (history.best, history.median)
+                        for start in (0, window - part)])
+    newest_best, oldest_best, newest_median, oldest_median = jnp.median(slices, axis=1)
+    return (history.count >= max(window, 100)) & (newest_best <= oldest_best) & (newest_median <= oldest_median)
 
 
 def coordinate_scale(scale: jax.Array) -> jax.Array:
