@@ -395,3 +395,31 @@ def test_launcher_passes_a_stop_signal_on_once_and_waits_only_for_ranks_that_sto
     else:  # a rank outside es.run that ignores it is killed after the kill grace
         assert "still running after 0.5 s: SIGKILL to rank(s) [0, 1]" in err, err
         assert elapsed < grace + 3, elapsed
+
+
+def test_cma_es_runs_across_two_processes_bit_for_bit(tmp_path):
+    """es.CMAES (full covariance) as 2 processes x 1 device: every array of the state and the metrics equal a
+    1-process 1-device run's, bit for bit (its covariance update is every device's own, from the fitnesses)."""
+    worker = [WORKER, "--strategy", "CMAES", "--hidden", "4"]
+    runs = {"2x1": tmp_path / "2x1", "1x1": tmp_path / "1x1"}
+    for path in runs.values():
+        path.mkdir()
+    procs = {
+        "2x1": subprocess.Popen(
+            launcher("--processes", "2", "--timeout", str(CHILD_TIMEOUT), "--", sys.executable, worker[0],
+                     str(runs["2x1"]), *worker[1:]),
+            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        "1x1": subprocess.Popen([sys.executable, worker[0], str(runs["1x1"]), *worker[1:]],
+                                env=child_env(JAX_NUM_CPU_DEVICES="1"), cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True),
+    }
+    for name, proc in procs.items():
+        output = proc.communicate(timeout=CHILD_TIMEOUT + 10)[0]
+        assert proc.returncode == 0, f"{name}:\n{output[-3000:]}"
+    reference = load_npz(runs["1x1"] / "rank0.npz")
+    assert reference["state/.strategy_state.cov"].shape == (32, 32)  # 8 * hidden params
+    for rank in (0, 1):
+        got = load_npz(runs["2x1"] / f"rank{rank}.npz")
+        assert sorted(got) == sorted(reference)
+        for name in reference:
+            np.testing.assert_array_equal(got[name], reference[name], err_msg=f"rank {rank}: {name}")

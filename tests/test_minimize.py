@@ -87,6 +87,7 @@ def test_bipop_alternates_a_large_and_a_small_regime_sharing_the_budget():
     small = [r for r in runs if r.regime == "small"]
     assert runs[0].regime == "first" and [r.popsize for r in large] == [10 * 2**k for k in range(1, 10)]
     assert small and all(10 <= r.popsize <= 10 * 2**9 and 0.02 <= r.sigma <= 2.0 for r in small)
+    assert {r.popsize for r in small} <= {10 * 2**k for k in range(10)}  # octaves: the programs of other runs
     assert all(r.max_generations is not None for r in small) and all(r.sigma == 2.0 for r in large)
     assert budgets["small"] + budgets["first"] >= 0.5 * budgets["large"]  # the small regime gets its share
 

@@ -17,6 +17,7 @@ bottom:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import math
@@ -155,6 +156,7 @@ class _Minimization:
 
     def __init__(self, fun, kind, template: Strategy, x0, max_evals: int, target, seed: int):
         self.fun, self.kind, self.template, self.x0 = fun, kind, template, x0
+        self.programs = _Programs(x0)
         self.max_evals, self.target, self.seed = max_evals, target, seed
         self.nfev, self.nit = 0, 0
         self.best_x, self.best = None, math.inf
@@ -172,6 +174,8 @@ class _Minimization:
                 stop = f"max_evals: the budget of {self.max_evals} evaluations is spent"
                 break
             before = (self.nfev, self.nit, self.best)
+            if self.kind == "python" and schedule.restarts is not None:  # compile the next large run's meanwhile
+                self.programs.prefetch(dataclasses.replace(strategy, popsize=schedule.next_large_popsize()))
             run_stop = self.one_run(strategy, settings, len(self.runs))
             used = self.nfev - before[0]
             run_best = self.best if self.best < before[2] else math.inf
@@ -181,6 +185,7 @@ class _Minimization:
             if self.reached_target() or self.nfev >= self.max_evals:
                 break
             settings = schedule.next(used)
+        self.programs.close()
         return self.result(stop)
 
     def one_run(self, strategy: Strategy, settings: RunSettings, index: int) -> str:
@@ -190,7 +195,7 @@ class _Minimization:
         generations = 0
         step = self.python_generation if self.kind == "python" else self.compiled_generations
         if self.kind == "python":  # the loop over generations stays with es.engine's ask/tell, checked once
-            state = ask_tell.Loop(strategy, state)
+            state = ask_tell.Loop(strategy, state, self.programs.get(strategy))
             state.members = state.first()
         while True:
             state, done, stop = step(strategy, state, index, limit - generations)
@@ -270,6 +275,36 @@ class _Minimization:
         x = self.best_x if self.best_x is not None else jax.tree.map(np.asarray, self.x0)
         return MinimizeResult(jax.tree.map(lambda a: np.asarray(a, np.float64), x), float(self.best), self.nfev,
                               self.nit, tuple(self.runs), stop, bool(success), history)
+
+
+class _Programs:
+    """The ask/tell programs of a Python objective's runs, by popsize: a new popsize is a new program, and the
+    next large run's is compiled on a background thread while the current run goes on (``prefetch``).
+    Compiled programs are kept for the life of the process (``_COMPILED``), as JAX keeps its own."""
+
+    def __init__(self, x0):
+        self.x0 = x0
+        self.signature = (jax.tree.structure(x0), tuple((np.shape(a), str(np.result_type(a))) for a in jax.tree.leaves(x0)))
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="es.minimize compile")
+
+    def key(self, strategy: Strategy):
+        return strategy.program(), self.signature
+
+    def prefetch(self, strategy: Strategy) -> None:
+        key = self.key(strategy)
+        if key not in _COMPILED:
+            _COMPILED[key] = self.pool.submit(ask_tell.Loop.compile, strategy, self.x0)
+
+    def get(self, strategy: Strategy):
+        """The compiled programs if a prefetch made them (waiting for it), else ``None`` (JAX compiles them)."""
+        future = _COMPILED.get(self.key(strategy))
+        return None if future is None else future.result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+_COMPILED: dict = {}  # (strategy program, x0 signature) -> future of Loop.compile's programs
 
 
 # --------------------------------------------------------------------------- checks, before anything runs

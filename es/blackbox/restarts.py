@@ -10,8 +10,9 @@ evaluations earlier runs used:
   ``popsize = lambda_0 * 2**(n_large * U**2)``, ``sigma = sigma0 * 0.01**U'`` (``U``, ``U'`` uniform on
   [0, 1), ``n_large`` the large runs so far) and at most ``0.5 * (large evaluations) / popsize``
   generations; otherwise a *large* run, ``popsize = lambda_0 * 2**n_large`` after ``n_large += 1``, with
-  ``sigma0``. The exponent of a small run's popsize is rounded to a quarter octave, so that the programs
-  compiled for one popsize serve the later runs that draw it (pycma truncates the exact value).
+  ``sigma0``. The exponent of a small run's popsize is rounded to a whole octave, so that a small run's
+  popsize is always one a large run (or the first) uses too: each new popsize is a new compiled program,
+  and this way a BIPOP call compiles no more programs than an IPOP call (pycma truncates the exact value).
 
 Both end once ``max_restarts`` restarts of the large kind (IPOP: every restart) have run, as pycma counts them.
 """
@@ -62,6 +63,10 @@ class Schedule:
         self.small_evaluations, self.large_evaluations = 0, 0
         self.last: RunSettings | None = None
 
+    def next_large_popsize(self) -> int:
+        """The popsize of the next large run (IPOP: the next run), whatever comes first."""
+        return self.popsize * 2 ** (self.large_runs + 1)
+
     def next(self, evaluations: int = 0) -> RunSettings | None:
         """The next run, given the evaluations the previous one used (ignored before the first run)."""
         if self.last is not None:
@@ -77,7 +82,7 @@ class Schedule:
             self.large_runs += 1
             self.last = RunSettings("large", self.popsize * 2**self.large_runs, self.sigma)
         else:
-            exponent = round(4 * self.large_runs * self.random.uniform() ** 2) / 4
+            exponent = round(self.large_runs * self.random.uniform() ** 2)
             popsize = int(self.popsize * 2**exponent)
             sigma = self.sigma * 0.01 ** self.random.uniform()
             generations = max(1, int(0.5 * self.large_evaluations / popsize))

@@ -37,7 +37,7 @@ from es.engine import stopping
 from es.engine.evolution import run_generations
 from es.engine.execution import check_noise, check_state, resolve_execution
 from es.engine.generation import evaluates_pairs, this_generation
-from es.fitness import GivenFitness, from_host
+from es.fitness import Fitnesses, GivenFitness, from_host
 from es.noise import Layout
 from es.parallel.mesh import resolve_mesh
 from es.strategies.base import State, Strategy
@@ -126,22 +126,43 @@ class Loop:
 
     ``first()`` gives the first generation's members; ``step(fitness)`` tells their fitnesses and gives
     ``(best_fitness, sigma, stop)`` of that generation (one host transfer) and the next members.
+    ``compiled`` are the two programs, as ``Loop.compile`` makes them ahead of time (else they compile on
+    first use, and JAX caches them).
     """
 
-    def __init__(self, strategy: Strategy, state: State, stop_criteria: stopping.StopCriteria | None = None):
+    def __init__(self, strategy: Strategy, state: State, compiled=None):
         layout = _checked(strategy, state, "tell")
         self.strategy, self.state = strategy, state
-        self.program, self.hp, self.mesh, self.execution = _prepared(strategy, layout, None, stop_criteria)
+        self.program, self.hp, self.mesh, self.execution = _prepared(strategy, layout, None, None)
+        self.compiled = compiled
 
     def first(self):
+        if self.compiled is not None:
+            return self.compiled[0](self.hp, self.state)
         return _ask_compiled(self.program, 0, self.strategy.popsize, False, self.hp, self.state)
 
     def step(self, fitness: np.ndarray):
         given = from_host(fitness, "es.tell")
-        self.state, summary, members = _tell_ask_compiled(self.program, self.mesh, self.execution, self.hp,
-                                                           self.state, given)
+        if self.compiled is not None:
+            self.state, summary, members = self.compiled[1](self.hp, self.state, given)
+        else:
+            self.state, summary, members = _tell_ask_compiled(self.program, self.mesh, self.execution, self.hp,
+                                                               self.state, given)
         best, sigma, stop = np.asarray(summary).tolist()
         return (best, sigma, int(stop)), members
+
+    @staticmethod
+    def compile(strategy: Strategy, params) -> tuple:
+        """The loop's two programs for ``strategy`` and params shaped like ``params``, compiled now (shapes only:
+        nothing runs). Safe on another thread, so a driver can compile the next run's while this one runs."""
+        state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
+        layout = Layout.of(state.params)
+        program, hp, mesh, execution = _prepared(strategy, layout, None, None)
+        dtype = jnp.result_type(float)
+        given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
+        ask = _ask_compiled.lower(program, 0, strategy.popsize, False, hp, state).compile()
+        step = _tell_ask_compiled.lower(program, mesh, execution, hp, state, given).compile()
+        return ask, step
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
