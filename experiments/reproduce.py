@@ -303,11 +303,12 @@ def restarted_at_sigma(strategy, states: list, sigma: float) -> tuple[Any, list]
     Every strategy has a ``sigma`` (its initial scale); the states keep their
     mean, key, generation, best member and fitness state (observation
     statistics, env steps), and only ``strategy_state`` starts over, as
-    ``strategy.initial_state(params)`` of the new strategy gives it (for SNES:
+    ``strategy.init(key, params).strategy_state`` of the new strategy gives it (for SNES:
     every coordinate's scale at ``sigma``; for OpenES a fresh optimizer state).
     """
     restarted = dataclasses.replace(strategy, sigma=sigma)
-    return restarted, [state._replace(strategy_state=restarted.initial_state(state.params)) for state in states]
+    return restarted, [state._replace(strategy_state=restarted.init(state.key, state.params).strategy_state)
+                       for state in states]
 
 
 def kept_island(scores: list[float], maximize: bool = True) -> int:

@@ -196,7 +196,7 @@ def test_factored_noise_needs_one_scale_per_member():
     """A strategy whose scale is per coordinate cannot keep A B^T factored (a custom strategy here)."""
 
     class PerCoordinate(es.OpenES):
-        def scale(self, strategy_state, generation):
+        def scale(self, hp, strategy_state, generation):
             return jnp.full((6 * 16 + 16 + 16 * 4,), 0.1, jnp.float32)
 
     strategy = PerCoordinate(popsize=16, noise=es.LowRankNoise(factored=True))

@@ -362,7 +362,12 @@ def test_resume_refuses_another_strategy_setting_or_batch_size(tmp_path):
     with pytest.raises(es.CheckpointError, match=r"execution.update_batch_size: checkpoint has \d+, this run has 3"):
         run(tmp_path, 8, resume=True, update_batch_size=3)
     resumed = run(tmp_path, 8, resume=True, mesh=es.make_mesh(8))  # the mesh may change
-    chex.assert_trees_all_equal(resumed.state, reference(8)[0])
+    straight = reference(8)[0]
+    # The fitness values of a generation, which the stopping history records, may differ in the last bit across
+    # device counts for this fitness (XLA compiles each device's evaluation within the mesh's program; the same
+    # holds for the fitness metrics, as before the history existed). What the update makes of them does not.
+    chex.assert_trees_all_equal(resumed.state._replace(stop_history=None), straight._replace(stop_history=None))
+    np.testing.assert_allclose(resumed.state.stop_history.best, straight.stop_history.best, rtol=1e-6)
 
 
 def test_an_snes_run_checkpointed_before_temperature_existed_resumes_and_a_set_temperature_is_checked(tmp_path):
