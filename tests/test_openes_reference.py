@@ -4,6 +4,11 @@
 371dba1 (before the engine became generic); the cases are defined there and rerun here with today's API
 (execution settings passed to ``es.evolve``).
 
+One case was re-recorded with the one-contract refactor (2026-11-26): ``policy_plain_zscore_small_batches``,
+whose params are a two-leaf pytree: OpenES's Adam now steps the flat vector of the params (the strategies'
+maths work on flat vectors), one fusion where there was one per leaf, which moved the last bits of its params;
+the other three cases kept theirs.
+
 What the run is (params, best params, best fitness, max/min fitness, invalid counts) must match bit for bit.
 The summary statistics that are vector reductions (``REDUCED_METRICS``) are compared to a few float32 ulps:
 XLA's CPU backend compiles reductions for the host's vector width, so their last bit depends on the CPU model

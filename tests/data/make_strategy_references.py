@@ -2,7 +2,20 @@
 
 Recorded on main at d064cb4 (2026-11-26, before the one-contract refactor), on the machine that checks them,
 with ``python tests/data/make_strategy_references.py``. ``tests/test_strategy_references.py`` reruns each case
-and checks the params, the best member and the per-coordinate scales bit for bit. The cases cover every
+and checks the params, the best member and the per-coordinate scales bit for bit.
+
+Re-recorded once, with the one-contract refactor (2026-11-26), after checking that only these cases changed,
+and only in their last bits:
+
+- ``snes_small``, ``snes_temperature_tree``, ``snes_sweep_0``/``_1``: the one update path compiles every
+  strategy's update apart from the surrounding program (``es.engine.partition.apart``), which before was done
+  only where the update could be split (more than 2**13 params); XLA's multiply-add contraction no longer
+  follows the surrounding program.
+- ``openes_clipup_tree``, ``pgpe_adam_tree``: the strategies' maths work on the flat vector of the params, so
+  the optimizer steps one vector instead of each leaf (ClipUp's norm is one sum; Adam's step one fusion).
+
+Every other case (the split updates on 20,000 params, SepCMAES, ARS, PGPE with ClipUp on one leaf, the
+ask/tell loop) kept its bits. The cases cover every
 strategy on small params (the replicated update) and on 20,000 params, where ``exchange="sharded"`` splits
 a coordinatewise update over 8 devices, plus an ask/tell loop and a two-run sweep.
 
