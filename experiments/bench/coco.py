@@ -80,7 +80,7 @@ import warnings
 
 import numpy as np
 
-from experiments.bench.common import machine_description, markdown_table, write_results
+from experiments.bench.common import CompileClock, machine_description, markdown_table, write_results
 
 SOLVERS = ("es", "pycma")
 DIMS = (2, 3, 5, 10, 20)
@@ -180,42 +180,6 @@ def _jsonable(value):
         return value
     except TypeError:
         return repr(value)
-
-
-class CompileClock:
-    """Seconds JAX spends tracing, lowering to MLIR and compiling, while active (``jax.monitoring`` events)."""
-
-    EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-              "/jax/core/compile/backend_compile_duration")
-
-    def __init__(self):
-        self.seconds = 0.0
-        self.compiles = 0
-        self.active = False
-
-    def _listen(self, event: str, duration: float, **_) -> None:
-        if self.active and event in self.EVENTS:
-            self.seconds += duration
-            self.compiles += event == self.EVENTS[-1]
-
-    def __enter__(self):
-        import jax.monitoring
-
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-        return self
-
-    def __exit__(self, *exc):
-        import jax.monitoring
-
-        jax.monitoring.unregister_event_duration_listener(self._listen)
-
-    @contextlib.contextmanager
-    def measuring(self):
-        self.active = True
-        try:
-            yield
-        finally:
-            self.active = False
 
 
 def solve(solver: str, problem, result_folder: str, budget: int, seed: int, x0_mode: str,
