@@ -50,6 +50,7 @@ def test_a_tiny_sweep_solves_the_sphere_and_writes_the_table(tmp_path):
     (row,) = written["rows"]
     assert row["dim"] == 2 and row["pycma"]["problems"] == 2 and row["pycma"]["final_hits"] >= 1
     assert row["pycma"]["solved"] == sum(r["hits"] for r in result["records"] if r["solver"] == "pycma") / 102
+    assert coco.report([str(tmp_path / "coco" / "t-problems.jsonl")]) == written["rows"]
     text = (tmp_path / "coco.md").read_text()
     assert text.startswith("| dimension | problems | es solved % | pycma solved % | difference (pp) | es wall s |")
     assert text.splitlines()[2].startswith("| 2 | 2 |")

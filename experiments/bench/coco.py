@@ -3,6 +3,7 @@
     python -m experiments.bench.coco                                     # the full sweep (hours, see below)
     python -m experiments.bench.coco --dims 2,3 --instances 1-3 --functions 1-24 --solvers pycma
     python -m experiments.bench.coco --postprocess DIR_ES DIR_PYCMA      # cocopp's ECDFs of two COCO folders
+    python -m experiments.bench.coco --report A-problems.jsonl B-problems.jsonl   # the table of split sweeps
 
 What runs. Every bbob problem of ``--dims`` (default 2, 3, 5, 10, 20),
 ``--functions`` (1-24) and ``--instances`` (1-15: positions in cocoex's list
@@ -51,13 +52,16 @@ figures (``pprldmany_*``: the runtime ECDFs over all functions, per dimension).
 
 Output. Per dimension, once its problems are done: dimension | es solved % |
 pycma solved % | difference (es - pycma, percentage points) | es wall s |
-pycma wall s | evaluations of each | es compile s (seconds JAX spent
+pycma wall s | es cpu s | pycma cpu s | evaluations of each | es compile s (seconds JAX spent
 tracing, lowering and compiling during es's runs) | problems whose final
 target 1e-8 each solver hit. Wall seconds are summed over the solver calls
 (the x0 evaluation, COCO's bookkeeping and es's compilations included).
-``--out`` (default ``experiments/bench/results/coco.json``) gets the rows and
-the machine, its ``.md`` the table; ``<coco-dir>/<tag>-problems.jsonl`` one
-line per (solver, problem).
+CPU seconds (``time.process_time``, all threads of the process) are summed
+likewise: on a shared machine they move less than wall seconds. ``--out``
+(default ``experiments/bench/results/coco.json``) gets the rows and the
+machine, its ``.md`` the table; ``<coco-dir>/<tag>-problems.jsonl`` one line
+per (solver, problem), from which ``--report`` rebuilds the table (of
+several sweeps together: a sweep split over processes by dimension).
 
 The budget: the full sweep is 5 dimensions x 24 functions x 15 instances =
 1,800 problems per solver, up to 1e4 x D evaluations each; pycma alone takes
@@ -186,7 +190,7 @@ def solve(solver: str, problem, result_folder: str, budget: int, seed: int, x0_m
           clock: CompileClock | None = None) -> dict:
     """Run ``solver`` on the observed ``problem``; its record (best f - f_opt, targets hit, evaluations, seconds)."""
     dim, function, instance = problem.dimension, problem.id_function, problem.id_instance
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     compile_before = (clock.seconds, clock.compiles) if clock else (0.0, 0)
     problem(problem.initial_solution)  # opens COCO's .dat (its header holds f_opt); COCO's example does the same
     f_opt = f_opt_from_dat(result_folder, function, dim)
@@ -198,12 +202,13 @@ def solve(solver: str, problem, result_folder: str, budget: int, seed: int, x0_m
             info = RUNNERS[solver](problem, x0, budget - problem.evaluations, f_opt + FINAL_TARGET, seed)
     except Exception as e:  # a crash is a result of this benchmark, not the end of it
         error = f"{type(e).__name__}: {e}"
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     delta = problem.best_observed_fvalue1 - f_opt
     record = {
         "solver": solver, "id": problem.id, "dim": dim, "function": function, "instance": instance, "seed": seed,
         "f_opt": f_opt, "best_delta": delta, "hits": hits(delta), "final_target_hit": bool(problem.final_target_hit),
-        "evaluations": int(problem.evaluations), "budget": budget, "seconds": seconds, **info,
+        "evaluations": int(problem.evaluations), "budget": budget, "seconds": seconds,
+        "cpu_seconds": cpu_seconds, **info,
     }
     if clock:
         record["compile_s"] = clock.seconds - compile_before[0]
@@ -230,6 +235,7 @@ def summarise(records: list[dict], solvers: list[str], dim: int) -> dict:
             "problems": len(mine),
             "solved": sum(r["hits"] for r in mine) / (len(mine) * len(TARGETS)),
             "seconds": sum(r["seconds"] for r in mine),
+            "cpu_seconds": sum(r["cpu_seconds"] for r in mine),
             "evaluations": sum(r["evaluations"] for r in mine),
             "final_hits": sum(r["final_target_hit"] for r in mine),
             "errors": sum("error" in r for r in mine),
@@ -239,7 +245,7 @@ def summarise(records: list[dict], solvers: list[str], dim: int) -> dict:
 
 
 HEADER = ["dimension", "problems", "es solved %", "pycma solved %", "difference (pp)", "es wall s", "pycma wall s",
-          "es evaluations", "pycma evaluations", "es compile s", "1e-8 hit es / pycma"]
+          "es cpu s", "pycma cpu s", "es evaluations", "pycma evaluations", "es compile s", "1e-8 hit es / pycma"]
 
 
 def table_row(row: dict) -> list:
@@ -253,6 +259,7 @@ def table_row(row: dict) -> list:
             cell("es", "solved", lambda v: f"{100 * v:.1f}"), cell("pycma", "solved", lambda v: f"{100 * v:.1f}"),
             f"{100 * (row['es']['solved'] - row['pycma']['solved']):+.1f}" if both else "n/a",
             cell("es", "seconds", lambda v: f"{v:,.0f}"), cell("pycma", "seconds", lambda v: f"{v:,.0f}"),
+            cell("es", "cpu_seconds", lambda v: f"{v:,.0f}"), cell("pycma", "cpu_seconds", lambda v: f"{v:,.0f}"),
             cell("es", "evaluations", lambda v: f"{v:.3g}"), cell("pycma", "evaluations", lambda v: f"{v:.3g}"),
             cell("es", "compile_s", lambda v: f"{v:,.1f}"),
             f"{cell('es', 'final_hits', str)} / {cell('pycma', 'final_hits', str)}"]
@@ -268,8 +275,8 @@ def total_row(rows: list[dict]) -> dict:
             total[solver] = {
                 "problems": problems,
                 "solved": sum(p["solved"] * p["problems"] for p in present) / problems,
-                **{k: sum(p[k] for p in present) for k in ("seconds", "evaluations", "final_hits", "errors",
-                                                            "compile_s")},
+                **{k: sum(p[k] for p in present) for k in ("seconds", "cpu_seconds", "evaluations", "final_hits",
+                                                            "errors", "compile_s")},
             }
     return total
 
@@ -336,6 +343,13 @@ def sweep(dims, functions, instances, solvers, budget_multiplier: float, coco_di
     return {"rows": rows, "records": records, "folders": folders, "config": config}
 
 
+def report(paths: list[str]) -> list[dict]:
+    """The per-dimension rows of the per-problem records in ``paths`` (JSON lines written by ``sweep``)."""
+    records = [json.loads(line) for path in paths for line in open(path) if line.strip()]
+    solvers = [s for s in SOLVERS if any(r["solver"] == s for r in records)]
+    return [summarise(records, solvers, dim) for dim in sorted({r["dim"] for r in records})]
+
+
 # --------------------------------------------------------------------------- cocopp
 
 
@@ -394,7 +408,13 @@ def main(argv=None) -> None:
     parser.add_argument("--cocopp", action="store_true", help="after the sweep, run cocopp on the folders")
     parser.add_argument("--postprocess", nargs="+", metavar="FOLDER", default=None,
                         help="only run cocopp on these COCO folders (and cross-check the solved fractions)")
+    parser.add_argument("--report", nargs="+", metavar="JSONL", default=None,
+                        help="only print the table of these per-problem records (<coco-dir>/<tag>-problems.jsonl "
+                             "of one or more sweeps, e.g. the dimensions of a sweep split over processes)")
     args = parser.parse_args(argv)
+    if args.report:
+        print(table(report(args.report)))
+        return
 
     ppdir = os.path.join(args.coco_dir, "ppdata")
     if args.postprocess:
