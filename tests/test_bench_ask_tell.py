@@ -14,6 +14,7 @@ def test_a_tiny_measurement_times_every_runner_and_compares_es_with_pycma():
     assert es_row["generations"] == pycma_row["generations"] == 6
     for row in rows:
         assert 0 < row["ask_ms"] and 0 < row["tell_ms"] and row["gen_ms"] >= max(row["ask_ms"], row["tell_ms"]) / 2
+        assert row["cpu_ms"] >= 0
     assert es_row["baseline"] == "pycma sep-CMA-ES" and es_row["ratio"] == es_row["gen_ms"] / pycma_row["gen_ms"]
     assert es_row["first_gen_compiles"] >= 1 and es_row["restart_compiles"] >= 1  # a new popsize compiles
     assert "restart_s" not in pycma_row and "ratio" not in pycma_row

@@ -27,7 +27,12 @@ take turns for ``--rounds`` rounds of ``--generations`` generations each (the
 order rotating from round to round, so a shared machine's drift hits all of
 them alike). Reported: the median milliseconds of ask, of tell and of the
 generation, and the ratio of es's generation to its pycma counterpart's
-(below 1: es is cheaper). ``restart ms`` is es's first generation of a fresh
+(below 1: es is cheaper), and the median CPU seconds of the generation
+(``time.process_time``: every thread of the process; JAX's CPU runtime runs
+programs on its own threads, so on a loaded machine es's wall time also
+waits for those threads to be scheduled). ``--sync-dispatch`` sets
+``jax_cpu_enable_async_dispatch=False`` (small programs run inline on the
+calling thread) to show what the handoff costs. ``restart ms`` is es's first generation of a fresh
 strategy with twice the popsize once everything else is warm: the cost of a
 BIPOP/IPOP restart that meets a new popsize, compilations included.
 """
@@ -86,24 +91,24 @@ class EsRunner:
         self.state = jax.block_until_ready(self.strategy.init(jax.random.key(self.seed + self.resets), x0))
         self.generation_count = 0
 
-    def generation(self) -> tuple[float, float]:
-        """One generation; ``(ask seconds, tell seconds)``. Call within ``self.context()``."""
+    def generation(self) -> tuple[float, float, float]:
+        """One generation; ``(ask seconds, tell seconds, CPU seconds of both)``. Call within ``self.context()``."""
         import jax
 
         import es
 
         if self.state is None or self.generation_count >= RESET_EVERY:
             self.reset()
-        start = time.perf_counter()
+        cpu_start, start = time.process_time(), time.perf_counter()
         population = np.asarray(es.ask(self.strategy, self.state))
-        asked = time.perf_counter()
+        asked, cpu_asked = time.perf_counter(), time.process_time()
         fitness = sphere(population)
-        told = time.perf_counter()
+        cpu_told, told = time.process_time(), time.perf_counter()
         self.state, _ = es.tell(self.strategy, self.state, fitness)
         jax.block_until_ready(self.state)
-        end = time.perf_counter()
+        end, cpu_end = time.perf_counter(), time.process_time()
         self.generation_count += 1
-        return asked - start, end - told
+        return asked - start, end - told, (cpu_asked - cpu_start) + (cpu_end - cpu_told)
 
 
 class PycmaRunner:
@@ -124,25 +129,25 @@ class PycmaRunner:
         self.cma = cma.CMAEvolutionStrategy(np.ones(self.dim), SIGMA, self.options)
         self.generation_count = 0
 
-    def generation(self) -> tuple[float, float]:
+    def generation(self) -> tuple[float, float, float]:
         if self.cma is None or self.generation_count >= RESET_EVERY:
             self.reset()
-        start = time.perf_counter()
+        cpu_start, start = time.process_time(), time.perf_counter()
         population = self.cma.ask()
-        asked = time.perf_counter()
+        asked, cpu_asked = time.perf_counter(), time.process_time()
         fitness = sphere(np.asarray(population))
-        told = time.perf_counter()
+        cpu_told, told = time.process_time(), time.perf_counter()
         self.cma.tell(population, fitness)
-        end = time.perf_counter()
+        end, cpu_end = time.perf_counter(), time.process_time()
         self.generation_count += 1
-        return asked - start, end - told
+        return asked - start, end - told, (cpu_asked - cpu_start) + (cpu_end - cpu_told)
 
 
 def make_runner(library: str, strategy: str, x64: bool, dim: int, popsize: int):
     return EsRunner(strategy, dim, popsize, x64) if library == "es" else PycmaRunner(strategy, dim, popsize)
 
 
-def run_block(runner, generations: int) -> list[tuple[float, float]]:
+def run_block(runner, generations: int) -> list[tuple[float, float, float]]:
     with runner.context():
         return [runner.generation() for _ in range(generations)]
 
@@ -161,7 +166,7 @@ def measure(dim: int = DIM, popsize: int = POPSIZE, rounds: int = 10, generation
     with jax.enable_x64(True):
         jax.block_until_ready(jax.numpy.zeros(1))
     rows = {name: {"name": name, "library": library, "strategy": strategy, "float64": x64, "ask_s": [],
-                   "tell_s": []} for name, library, strategy, x64 in runners}
+                   "tell_s": [], "cpu_s": []} for name, library, strategy, x64 in runners}
     live = {}
     with CompileClock() as clock:
         for name, library, strategy, x64 in runners:
@@ -178,9 +183,10 @@ def measure(dim: int = DIM, popsize: int = POPSIZE, rounds: int = 10, generation
         for round_index in range(rounds):
             shift = round_index % len(names)
             for name in names[shift:] + names[:shift]:
-                for ask_s, tell_s in run_block(live[name], generations):
+                for ask_s, tell_s, cpu_s in run_block(live[name], generations):
                     rows[name]["ask_s"].append(ask_s)
                     rows[name]["tell_s"].append(tell_s)
+                    rows[name]["cpu_s"].append(cpu_s)
             log(f"round {round_index + 1}/{rounds}: " + ", ".join(
                 f"{n} {1e3 * median([a + t for a, t in zip(rows[n]['ask_s'], rows[n]['tell_s'])]):.3f} ms"
                 for n in names))
@@ -199,9 +205,9 @@ def measure(dim: int = DIM, popsize: int = POPSIZE, rounds: int = 10, generation
 
 
 def summarise(row: dict) -> dict:
-    ask, tell = row.pop("ask_s"), row.pop("tell_s")
+    ask, tell, cpu = row.pop("ask_s"), row.pop("tell_s"), row.pop("cpu_s")
     return {**row, "generations": len(ask), "ask_ms": 1e3 * median(ask), "tell_ms": 1e3 * median(tell),
-            "gen_ms": 1e3 * median([a + t for a, t in zip(ask, tell)])}
+            "gen_ms": 1e3 * median([a + t for a, t in zip(ask, tell)]), "cpu_ms": 1e3 * median(cpu)}
 
 
 def with_ratios(rows: list[dict]) -> list[dict]:
@@ -215,7 +221,7 @@ def with_ratios(rows: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    header = ["runner", "ask ms", "tell ms", "generation ms", "vs pycma", "first gen ms (compiling ms, compiles)",
+    header = ["runner", "ask ms", "tell ms", "generation ms", "vs pycma", "generation CPU ms", "first gen ms (compiling ms, compiles)",
               "restart at 2x popsize ms (compiling ms, compiles)"]
     lines = []
     for r in rows:
@@ -224,8 +230,8 @@ def table(rows: list[dict]) -> str:
                  if r["library"] == "es" else f"{1e3 * r['first_gen_s']:,.1f}")
         restart = (f"{1e3 * r['restart_s']:,.0f} ({1e3 * r['restart_compile_s']:,.0f}, {r['restart_compiles']})"
                    if "restart_s" in r else "-")
-        lines.append([r["name"], f"{r['ask_ms']:.3f}", f"{r['tell_ms']:.3f}", f"{r['gen_ms']:.3f}", ratio, first,
-                      restart])
+        lines.append([r["name"], f"{r['ask_ms']:.3f}", f"{r['tell_ms']:.3f}", f"{r['gen_ms']:.3f}", ratio,
+                      f"{r['cpu_ms']:.3f}", first, restart])
     return markdown_table(header, lines)
 
 
@@ -236,17 +242,25 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (default %(default)s)")
     parser.add_argument("--generations", type=int, default=100, help="generations per runner and round")
     parser.add_argument("--warmup", type=int, default=50, help="untimed generations after the first")
+    parser.add_argument("--sync-dispatch", action="store_true",
+                        help="jax_cpu_enable_async_dispatch=False: run small CPU programs inline on the calling thread")
     parser.add_argument("--out", default=os.path.join(RESULTS, "ask_tell.json"),
                         help="JSON results path; its .md gets the table (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.sync_dispatch:
+        import jax
+
+        jax.config.update("jax_cpu_enable_async_dispatch", False)  # before the backend starts
     machine = machine_description()
     print(machine)
     started = time.perf_counter()
     rows = with_ratios(measure(args.dim, args.popsize, args.rounds, args.generations, args.warmup))
     text = (f"D={args.dim}, popsize {args.popsize}: medians over {args.rounds} x {args.generations} generations "
-            f"per runner; {machine}\n\n" + table(rows))
+            f"per runner{'; jax_cpu_enable_async_dispatch=False' if args.sync_dispatch else ''}; {machine}\n\n"
+            + table(rows))
     write_results(args.out, rows, text, {"dim": args.dim, "popsize": args.popsize, "rounds": args.rounds,
                                          "generations": args.generations, "warmup": args.warmup,
+                                         "sync_dispatch": args.sync_dispatch,
                                          "seconds": time.perf_counter() - started})
 
 

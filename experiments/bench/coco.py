@@ -379,8 +379,11 @@ def postprocess(folders: list[str], outdir: str, log=print) -> list[str]:
         log(f"cocopp's solved fractions in {folder}: " + ", ".join(
             f"{dim}D {100 * v:.1f}%" for dim, v in cocopp_solved(folder).items()))
     cocopp.genericsettings.interactive_mode = False
+    cocopp.genericsettings.figure_file_formats = ["svg", "png"]
     cocopp.main(["-o", outdir, *folders])
-    figures = sorted(glob.glob(os.path.join(outdir, "**", "pprldmany_*D_noiselessall.*"), recursive=True))
+    # over all functions: pprldmany_<D>D_noiselessall.* when comparing algorithms, pprldmany.* (all dimensions) for one
+    figures = sorted(f for f in glob.glob(os.path.join(outdir, "**", "pprldmany*.png"), recursive=True)
+                     if re.search(r"noiselessall|pprldmany\.png$", f))
     log("runtime ECDFs over all functions:\n  " + "\n  ".join(figures))
     return figures
 
