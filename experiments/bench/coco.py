@@ -302,6 +302,10 @@ def sweep(dims, functions, instances, solvers, budget_multiplier: float, coco_di
     os.makedirs(coco_dir, exist_ok=True)
     for solver in solvers:  # imported before any clock starts
         __import__({"es": "es", "pycma": "cma"}[solver])
+    if "es" in solvers:
+        import jax
+
+        jax.block_until_ready(jax.numpy.zeros(1))  # JAX's backend starts before any clock, too
     observers = {s: cocoex.Observer("bbob", f"result_folder: {tag}-{s} algorithm_name: {s}-bipop "
                                              f"outer_folder: {os.path.abspath(coco_dir)}") for s in solvers}
     folders = {s: observers[s].result_folder for s in solvers}
