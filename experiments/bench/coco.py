@@ -407,8 +407,8 @@ def main(argv=None) -> None:
                         help="zero: the problem's initial solution for every restart; proposal: "
                              "problem.initial_solution_proposal, a callable (random restarts)")
     parser.add_argument("--seed", type=int, default=1, help="base of the per-problem seeds (default %(default)s)")
-    parser.add_argument("--out", default=os.path.join(RESULTS, "coco.json"),
-                        help="JSON results path; its .md gets the table (default %(default)s)")
+    parser.add_argument("--out", default=None, help="JSON results path; its .md gets the table (default "
+                                                    "experiments/bench/results/coco.json; with --report: none)")
     parser.add_argument("--coco-dir", default=os.path.join(RESULTS, "coco"),
                         help="where COCO's data folders go (default %(default)s)")
     parser.add_argument("--tag", default=None, help="prefix of the COCO folders (default: the time)")
@@ -420,7 +420,11 @@ def main(argv=None) -> None:
                              "of one or more sweeps, e.g. the dimensions of a sweep split over processes)")
     args = parser.parse_args(argv)
     if args.report:
-        print(table(report(args.report)))
+        rows = report(args.report)
+        if args.out:
+            write_results(args.out, rows, table(rows), {"problems_records": args.report})
+        else:
+            print(table(rows))
         return
 
     ppdir = os.path.join(args.coco_dir, "ppdata")
@@ -439,9 +443,7 @@ def main(argv=None) -> None:
     print(machine_description())
     result = sweep(parse_indices(args.dims), parse_indices(args.functions), parse_indices(args.instances), solvers,
                    args.budget_multiplier, args.coco_dir, args.tag or time.strftime("%Y%m%d-%H%M%S"), args.seed,
-                   args.x0, args.out)
-    if not args.out:
-        print(table(result["rows"]))
+                   args.x0, args.out or os.path.join(RESULTS, "coco.json"))
     if args.cocopp:
         postprocess(list(result["folders"].values()), ppdir)
 
