@@ -3,7 +3,8 @@
 import subprocess
 import sys
 
-EXTRAS = ("yaml", "matplotlib", "gymnax", "tasks", "experiments", "evosax", "flax", "tqdm")
+EXTRAS = ("yaml", "matplotlib", "gymnax", "tasks", "experiments", "evosax", "flax", "tqdm", "cma", "cocoex",
+          "cocopp")
 
 
 def test_importing_es_loads_no_package_of_an_extra():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -91,3 +92,39 @@ def write_results(out: str, rows: list[dict], text: str, extra: dict | None = No
         json.dump({"machine": machine_description(), "rows": rows, **(extra or {})}, f, indent=1)
     with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write(text + "\n")
+
+
+class CompileClock:
+    """Seconds JAX spends tracing, lowering to MLIR and compiling, while active (``jax.monitoring`` events)."""
+
+    EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+              "/jax/core/compile/backend_compile_duration")
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.compiles = 0
+        self.active = False
+
+    def _listen(self, event: str, duration: float, **_) -> None:
+        if self.active and event in self.EVENTS:
+            self.seconds += duration
+            self.compiles += event == self.EVENTS[-1]
+
+    def __enter__(self):
+        import jax.monitoring
+
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def __exit__(self, *exc):
+        import jax.monitoring
+
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+    @contextlib.contextmanager
+    def measuring(self):
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
