@@ -140,6 +140,8 @@ def test_tied_fitnesses_get_equal_weights(name):
     "make, exc, fragments",
     [
         (lambda: es.SNES(popsize=1), ValueError, ["SNES(popsize=1)", "at least 2"]),
+        (lambda: es.SNES(popsize=2**31), ValueError, ["SNES(popsize=2147483648)", "at most", "es.evolve_many"]),
+        (lambda: es.CMAES(popsize=10**12), ValueError, ["CMAES(popsize=1000000000000)", "at most"]),
         (lambda: es.SNES(popsize=8, sigma=0.0), ValueError, ["SNES(sigma=0.0)", "> 0"]),
         (lambda: es.SNES(popsize=7, antithetic=True), ValueError, ["popsize=7", "even", "antithetic=False"]),
         (lambda: es.SNES(popsize=8, learning_rate=-1.0), ValueError, ["SNES(learning_rate=-1.0)", "> 0"]),

@@ -237,7 +237,7 @@ class Strategy:
     def check_common(self) -> None:
         """Validate (and normalise) ``popsize``, ``sigma``, ``maximize``, ``noise`` and ``antithetic``."""
         name = type(self).__name__
-        validation.check_int(name, "popsize", self.popsize, 2, "the update compares members")
+        validation.check_popsize(name, self.popsize)
         configurable = "antithetic" in self.fields()  # else a class constant (PGPE, ARS: always pairs)
         if configurable:
             validation.check_bool(name, "antithetic", self.antithetic)
