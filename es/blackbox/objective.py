@@ -35,8 +35,9 @@ def kind_of(fun: Any, x0: PyTree) -> str:
             "callable such as a cocoex problem) or an es.HostFitness."
         )
     spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), x0)
-    try:
-        out = jax.eval_shape(fun, spec)
+    try:  # through a fresh lambda: jax.jit keys its cache on (a weak reference to) the function it is given,
+        # which crashes the process for extension objects such as cocoex problems once they are freed
+        out = jax.eval_shape(lambda x: fun(x), spec)
     except Exception:  # it does not trace: a Python callable, evaluated on numpy arrays
         return "python"
     if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != () or not (
