@@ -17,20 +17,31 @@ OFFSET = 79.48  # bbob's f1 offset: below float32's resolution there the ranks u
 
 
 def tutorial_generation(mean, sigma, cov, p_sigma, p_c, generation, x, f):
-    """One generation of Hansen's tutorial (arXiv:1604.00772, positive weights), float64, from the members ``x``."""
+    """One generation of Hansen's tutorial (arXiv:1604.00772, with its negative weights), float64, from the
+    members ``x``: the weights from eq. 49-53, written out here, not taken from es."""
     n, lam = x.shape[1], x.shape[0]
     k = constants(n, lam)
-    w = np.asarray(k.weights)
+    raw = np.log((lam + 1) / 2) - np.log(np.arange(1, lam + 1))
+    positive = np.where(raw > 0, raw, 0) / raw[raw > 0].sum()
+    mu_eff = 1 / np.sum(positive**2)
+    mu_eff_minus = raw[raw < 0].sum() ** 2 / np.sum(raw[raw < 0] ** 2)
+    c_1 = 2 / ((n + 1.3) ** 2 + mu_eff)
+    c_mu = min(1 - c_1, 2 * (mu_eff - 2 + 1 / mu_eff) / ((n + 2) ** 2 + mu_eff))
+    alpha = min(1 + c_1 / c_mu, 1 + 2 * mu_eff_minus / (mu_eff + 2), (1 - c_1 - c_mu) / (n * c_mu))
+    w = positive + np.where(raw < 0, alpha * raw / -raw[raw < 0].sum(), 0)
+    np.testing.assert_allclose(k.weights, w, rtol=1e-14)
+    assert (k.mu_eff, k.c_1, k.c_mu) == pytest.approx((mu_eff, c_1, c_mu), rel=1e-14)
     order = np.argsort(f)  # minimising: best first
     y = (x - mean) / sigma
-    y_w = w @ y[order]
+    y_w = positive @ y[order]
     values, vectors = np.linalg.eigh(cov)
     inv_sqrt = vectors @ np.diag(values ** -0.5) @ vectors.T
+    w_circ = np.array([wi if wi >= 0 else wi * n / np.sum((inv_sqrt @ yi) ** 2) for wi, yi in zip(w, y[order])])
     p_sigma = (1 - k.c_sigma) * p_sigma + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * inv_sqrt @ y_w
     norm = np.linalg.norm(p_sigma)
     h = 1.0 if norm / math.sqrt(1 - (1 - k.c_sigma) ** (2 * (generation + 1))) < (1.4 + 2 / (n + 1)) * k.chi_n else 0.0
     p_c = (1 - k.c_c) * p_c + h * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y_w
-    rank_mu = sum(wi * np.outer(yi, yi) for wi, yi in zip(w, y[order]))
+    rank_mu = sum(wi * np.outer(yi, yi) for wi, yi in zip(w_circ, y[order]))
     cov = ((1 + k.c_1 * (1 - h) * k.c_c * (2 - k.c_c) - k.c_1 - k.c_mu * w.sum()) * cov
            + k.c_1 * np.outer(p_c, p_c) + k.c_mu * rank_mu)
     new_sigma = sigma * math.exp(k.c_sigma / k.d_sigma * (norm / k.chi_n - 1))
@@ -156,3 +167,15 @@ def test_a_fitness_beyond_float32s_range_is_refused_not_turned_into_inf():
         strategy.init(jax.random.key(0), jnp.zeros(4))
         es.tell(strategy, strategy.init(jax.random.key(0), jnp.zeros(4)),
                 np.array([1.0, 2.0, 3.0, 1e300, 4.0, 5.0, 6.0, 7.0]))
+
+
+def test_stagnation_follows_pycma_it_waits_for_100_sparse_entries_then_reports_a_search_that_no_longer_improves():
+    """A fitness of pure noise: nothing improves, yet pycma's test (every 5th generation's best and median,
+    at least 100 of them) cannot fire before generation 505; it fires soon after and stays."""
+    strategy = es.SepCMAES(popsize=8, sigma=0.5, maximize=False)
+    state = strategy.init(jax.random.key(0), jnp.zeros(2))
+    state, metrics = es.evolve(strategy, lambda x, key: jax.random.normal(key), state, 700)
+    bit = 1 << es.stopping.CRITERIA.index("stagnation")
+    stagnated = np.flatnonzero(np.asarray(metrics["stop"]) & bit) + 1  # generations, counted from 1
+    assert stagnated.size and 505 <= stagnated[0] <= 600, stagnated[:3]
+    assert any(r.startswith("stagnation:") for r in es.stop_reasons(strategy, state))

@@ -70,6 +70,8 @@ def test_ipop_doubles_the_population_at_each_restart():
     assert sizes == [7 * 2**k for k in range(len(sizes))] and len(sizes) > 1  # 4 + floor(3 ln 3) = 7
     assert sum(run.nfev for run in result.restarts) == result.nfev
     assert result.fun <= 1e-8 and result.success
+    assert all(math.isfinite(run.fun) for run in result.restarts)  # each run's own best, improving or not
+    assert min(run.fun for run in result.restarts) == result.fun == result.restarts[-1].fun
 
 
 def test_bipop_alternates_a_large_and_a_small_regime_sharing_the_budget():

@@ -173,12 +173,13 @@ class _Minimization:
             if self.max_evals - self.nfev < (1 if self.kind == "python" else strategy.popsize):
                 stop = f"max_evals: the budget of {self.max_evals} evaluations is spent"
                 break
-            before = (self.nfev, self.nit, self.best)
+            before = (self.nfev, self.nit)
             if self.kind == "python" and schedule.restarts is not None:  # compile the next large run's meanwhile
                 self.programs.prefetch(dataclasses.replace(strategy, popsize=schedule.next_large_popsize()))
             run_stop = self.one_run(strategy, settings, len(self.runs))
             used = self.nfev - before[0]
-            run_best = self.best if self.best < before[2] else math.inf
+            values = np.asarray(self.history["generation_fun"][before[1]:], np.float64)
+            run_best = float(np.nanmin(values)) if np.any(np.isfinite(values)) else math.inf
             self.runs.append(Run(settings.regime, settings.popsize, settings.sigma, used, self.nit - before[1],
                                  run_best, run_stop))
             stop = run_stop
@@ -284,7 +285,7 @@ class _Programs:
 
     def __init__(self, x0):
         self.x0 = x0
-        self.signature = (jax.tree.structure(x0), tuple((np.shape(a), str(np.result_type(a))) for a in jax.tree.leaves(x0)))
+        self.signature = (jax.tree.structure(x0), tuple((np.shape(a), str(a.dtype)) for a in jax.tree.leaves(x0)))
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="es.minimize compile")
 
     def key(self, strategy: Strategy):

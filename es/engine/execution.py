@@ -231,8 +231,9 @@ def trace_update(strategy: Strategy, state: State) -> None:
 
     def one_update(strategy_state, fitness, mean):
         coefficients = strategy.coefficients(hp, strategy_state, fitness)
-        sums = Sums(*(None if c is None else jax.numpy.zeros((dim, dim) if name == "outer" else (dim,), dtype)
-                      for name, c in coefficients._asdict().items()))
+        given = coefficients._asdict()
+        sums = Sums(*(None if given[name] is None else jax.numpy.zeros((dim, dim) if name == "outer" else (dim,), dtype)
+                      for name in Sums._fields))
         return strategy.update(hp, strategy_state, mean, coefficients, sums, state.generation)
 
     jax.eval_shape(one_update, state.strategy_state, jax.ShapeDtypeStruct((strategy.popsize,), dtype),

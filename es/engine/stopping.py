@@ -28,8 +28,11 @@ CRITERIA = ("tolfun", "tolfunhist", "tolx", "tolupsigma", "noeffectaxis", "noeff
             "stagnation", "collapsed")
 """Every stopping condition, in the bit order of the ``"stop"`` metric (``tolfun`` is bit 0)."""
 
-MAX_HISTORY = 2000
-"""Generations the history keeps at most (stagnation looks back at most this far)."""
+SPARSE_EVERY = 5
+"""Stagnation reads every ``SPARSE_EVERY``-th generation's best and median fitness, as pycma does."""
+
+MAX_SPARSE = 2000
+"""Entries of the sparse history at most (``SPARSE_EVERY * MAX_SPARSE`` generations; pycma keeps 20,000)."""
 
 
 class StopCriteria(NamedTuple):
@@ -45,9 +48,8 @@ class StopCriteria(NamedTuple):
       tolupsigma: sigma grew by more than this times its initial value over
         the largest principal axis (a diverging search).
       conditioncov: the covariance's condition number exceeds this.
-      tolstagnation: generations over which neither the best nor the median
-        fitness improved; ``None``: ``100 + 100 D**1.5 / popsize`` (at most
-        ``MAX_HISTORY``).
+      tolstagnation: ``T``, the stagnation period in generations; ``None``:
+        ``100 + 100 D**1.5 / popsize``. pycma's test (``_stagnated``).
     """
 
     tolfun: float = 1e-11
@@ -59,12 +61,11 @@ class StopCriteria(NamedTuple):
 
     def recent(self, dim: int, popsize: int) -> int:
         """``k``: the generations of ``tolfun``'s and ``tolfunhist``'s window."""
-        return min(10 + math.ceil(30 * dim / popsize), MAX_HISTORY)
+        return 10 + math.ceil(30 * dim / popsize)
 
     def stagnation(self, dim: int, popsize: int) -> int:
-        """The generations of the stagnation window."""
-        length = self.tolstagnation if self.tolstagnation is not None else int(100 + 100 * dim**1.5 / popsize)
-        return min(length, MAX_HISTORY)
+        """``T``: the stagnation period in generations."""
+        return self.tolstagnation if self.tolstagnation is not None else int(100 + 100 * dim**1.5 / popsize)
 
 
 DESCRIPTIONS = {
@@ -77,53 +78,79 @@ DESCRIPTIONS = {
     "noeffectaxis": "a step of 0.1 sigma along a principal axis no longer changes the mean",
     "noeffectcoord": "a step of 0.2 sigma along some coordinate no longer changes the mean",
     "conditioncov": "the covariance's condition number exceeds conditioncov={conditioncov:g}",
-    "stagnation": "neither the best nor the median fitness improved over the last {stagnation} generations",
+    "stagnation": "the best fitness is more than {half_stagnation} generations old, and the median of the "
+                  "recent generations' best and median fitness is no better than the median of the ones before "
+                  "(tolstagnation={stagnation})",
     "collapsed": "the scale no longer changes the params (it is 0, or below the mean's floating-point resolution)",
 }
 
 
 class History(NamedTuple):
-    """The recent generations' fitnesses, newest first (entry ``k`` is ``k`` generations old), higher is better.
+    """The fitnesses the stopping conditions read, newest first, higher is better (negated when minimising).
 
     Attributes:
-      best: float[length], each generation's best fitness (negated when minimising).
-      best_residual: float[length], what ``best`` dropped of a value with more
+      best: float[k + 1], each recent generation's best fitness (entry ``j``
+        is ``j`` generations old; ``k`` as in ``StopCriteria.recent``).
+      best_residual: float[k + 1], what ``best`` dropped of a value with more
         precision than the fitness dtype (``es.fitness.Fitnesses.residual``).
-      median: float[length], each generation's median valid fitness.
+      sparse_best: float[MAX_SPARSE], the best fitness of every
+        ``SPARSE_EVERY``-th generation (pycma's ``histbest``).
+      sparse_median: float[MAX_SPARSE], the median valid fitness of the same
+        generations (pycma's ``histmedian``).
       count: int32, the generations recorded (those with a valid member).
+      record: the best fitness so far (full precision: ``record`` plus
+        ``record_residual``), and ``since_record``, int32, the generations
+        since it improved.
       last: float[popsize], the last generation's fitnesses as the strategy
         ranked them (shifted by a constant: only their differences count).
     """
 
     best: jax.Array
     best_residual: jax.Array
-    median: jax.Array
+    sparse_best: jax.Array
+    sparse_median: jax.Array
     count: jax.Array
+    record: jax.Array
+    record_residual: jax.Array
+    since_record: jax.Array
     last: jax.Array
 
 
-def history_length(dim: int, popsize: int) -> int:
-    """Entries of the history for ``dim`` params and ``popsize`` members: the longer default window, capped."""
-    criteria = StopCriteria()
-    return max(criteria.recent(dim, popsize), criteria.stagnation(dim, popsize)) + 1
-
-
 def initial_history(dim: int, popsize: int, dtype) -> History:
-    zeros = jnp.zeros((history_length(dim, popsize),), dtype)
-    return History(zeros, zeros, zeros, jnp.zeros((), jnp.int32), jnp.full((popsize,), jnp.nan, dtype))
+    recent = jnp.zeros((StopCriteria().recent(dim, popsize) + 1,), dtype)
+    sparse = jnp.zeros((MAX_SPARSE,), dtype)
+    zero = jnp.zeros((), jnp.int32)
+    return History(recent, recent, sparse, sparse, zero, jnp.asarray(-jnp.inf, dtype), jnp.zeros((), dtype), zero,
+                   jnp.full((popsize,), jnp.nan, dtype))
+
+
+def _pushed(buffer: jax.Array, new, when) -> jax.Array:
+    """``buffer`` with ``new`` in front and its oldest entry dropped, where ``when``; else unchanged."""
+    return jnp.where(when, jnp.concatenate([jnp.asarray(new, buffer.dtype)[None], buffer[:-1]]), buffer)
 
 
 def record(history: History, maximize: bool, values, residual, ranked, valid) -> History:
-    """``history`` with this generation added in front (unchanged when no member is valid)."""
+    """``history`` with this generation added (unchanged when no member is valid)."""
     sign = 1.0 if maximize else -1.0
     better = jnp.where(valid, sign * ranked, -jnp.inf)
-    best = jnp.argmax(better)
+    index = jnp.argmax(better)
+    best, best_residual = sign * values[index], sign * (0.0 if residual is None else residual[index])
     median = sign * jnp.nanmedian(jnp.where(valid, values, jnp.nan))
-    entry = (sign * values[best], sign * (0.0 if residual is None else residual[best]), median)
     any_valid = jnp.any(valid)
-    updated = [jnp.where(any_valid, jnp.concatenate([jnp.asarray(new, buffer.dtype)[None], buffer[:-1]]), buffer)
-               for buffer, new in zip(history[:3], entry)]
-    return History(*updated, history.count + any_valid.astype(jnp.int32), ranked.astype(history.last.dtype))
+    count = history.count + any_valid.astype(jnp.int32)
+    sparse = any_valid & (count % SPARSE_EVERY == 0)
+    improved = any_valid & ((best - history.record) + (best_residual - history.record_residual) > 0)
+    return History(
+        _pushed(history.best, best, any_valid),
+        _pushed(history.best_residual, best_residual, any_valid),
+        _pushed(history.sparse_best, best, sparse),
+        _pushed(history.sparse_median, median, sparse),
+        count,
+        jnp.where(improved, jnp.asarray(best, history.record.dtype), history.record),
+        jnp.where(improved, jnp.asarray(best_residual, history.record.dtype), history.record_residual),
+        jnp.where(improved, 0, history.since_record + any_valid.astype(jnp.int32)),
+        ranked.astype(history.last.dtype),
+    )
 
 
 def _recent_range(history: History, window: int) -> jax.Array:
@@ -134,14 +161,27 @@ def _recent_range(history: History, window: int) -> jax.Array:
     return jnp.max(jnp.where(inside, relative, -jnp.inf)) - jnp.min(jnp.where(inside, relative, jnp.inf))
 
 
-def _stagnated(history: History, window: int) -> jax.Array:
-    """pycma's stagnation: over the last ``window`` generations, the median of the newest 20% of the best
-    (and of the median) fitnesses is no better than the median of the oldest 20% (one sort of the four)."""
-    part = max(1, math.ceil(0.2 * window))
-    slices = jnp.stack([buffer[start:start + part] for buffer in (history.best, history.median)
-                        for start in (0, window - part)])
-    newest_best, oldest_best, newest_median, oldest_median = jnp.median(slices, axis=1)
-    return (history.count >= max(window, 100)) & (newest_best <= oldest_best) & (newest_median <= oldest_median)
+def _stagnated(history: History, dim: int, popsize: int, period: int) -> jax.Array:
+    """pycma's ``tolstagnation`` (cma 4.5, ``_CMAStopDict``) over the sparse history of ``n`` entries: after
+    ``D (5 + 100 / popsize)`` generations and 100 entries, with the best fitness older than ``T / 2``
+    generations, the medians of the newest ``l = max(T / 10, n / 10)`` entries of the best and of the median
+    fitness are no better than those of the ``l`` entries before (``2 l < n``)."""
+    entries = jnp.minimum(history.count // SPARSE_EVERY, MAX_SPARSE)
+    length = jnp.maximum(period / 10, entries / 10).astype(jnp.int32)
+    ready = ((history.count > dim * (5 + 100 / popsize)) & (history.since_record > period / 2) & (entries > 100)
+             & (2 * length < entries))
+
+    def medians(_):
+        index = jnp.arange(MAX_SPARSE)
+        newest, before = index < length, (index >= length) & (index < 2 * length)
+        return [jnp.nanmedian(jnp.where(part, buffer, jnp.nan))
+                for buffer in (history.sparse_best, history.sparse_median) for part in (newest, before)]
+
+    def none(_):
+        return [jnp.zeros((), history.sparse_best.dtype)] * 4
+
+    newest_best, before_best, newest_median, before_median = jax.lax.cond(ready, medians, none, None)
+    return ready & (newest_best <= before_best) & (newest_median <= before_median)
 
 
 def coordinate_scale(scale: jax.Array) -> jax.Array:
@@ -182,7 +222,7 @@ def conditions(strategy, hp, strategy_state, mean, scale, history: History, gene
     found = {
         "tolfun": (history.count > 0) & (spread < criteria.tolfun) & (history_range < criteria.tolfun),
         "tolfunhist": (history.count > 9) & (history_range < criteria.tolfunhist),
-        "stagnation": _stagnated(history, criteria.stagnation(dim, popsize)),
+        "stagnation": _stagnated(history, dim, popsize, criteria.stagnation(dim, popsize)),
         "collapsed": jnp.all(mean + 0.1 * std == mean),
     }
     found.update(strategy.stop_conditions(hp, strategy_state, mean, generation, criteria))
@@ -202,6 +242,7 @@ def bitmask(found: dict[str, jax.Array]) -> jax.Array:
 def reasons(mask: int, dim: int, popsize: int, criteria: StopCriteria = StopCriteria()) -> list[str]:
     """The conditions of a ``"stop"`` bitmask, each as ``"name: what it means"``."""
     mask = int(np.asarray(mask))
-    numbers = {**criteria._asdict(), "recent": criteria.recent(dim, popsize),
-               "stagnation": criteria.stagnation(dim, popsize)}
+    period = criteria.stagnation(dim, popsize)
+    numbers = {**criteria._asdict(), "recent": criteria.recent(dim, popsize), "stagnation": period,
+               "half_stagnation": period // 2}
     return [f"{name}: {DESCRIPTIONS[name].format(**numbers)}" for i, name in enumerate(CRITERIA) if mask >> i & 1]

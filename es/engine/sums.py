@@ -58,25 +58,25 @@ def rebuild(members: population.Generation, coefficients: Coefficients, summed: 
     The outer sums (full covariance, never split) draw each chunk whole and
     add all three sums from it by matrix products.
     """
-    linear, square, outer = coefficients
+    linear, square, outer, unit = coefficients
     antithetic = members.antithetic
-    if antithetic and summed.shape[0] % 2 == 0:
+    if antithetic and summed.shape[0] % 2 == 0:  # both members of a pair share eps (and |eps|)
         first, second = summed[0::2], summed[1::2]
         linear = linear[first] - linear[second]
-        square = None if square is None else square[first] + square[second]
-        outer = None if outer is None else outer[first] + outer[second]
+        square, outer, unit = (None if c is None else c[first] + c[second] for c in (square, outer, unit))
         indices = population.noise_index(first, antithetic)
     else:
         linear = linear[summed] * population.noise_sign(summed, antithetic)
-        square = None if square is None else square[summed]
-        outer = None if outer is None else outer[summed]
+        square, outer, unit = (None if c is None else c[summed] for c in (square, outer, unit))
         indices = population.noise_index(summed, antithetic)
     size = members.dim if size is None else size
 
     def chunk_sums(chunk):
-        chunk_linear, chunk_square, chunk_outer, chunk_indices = chunk
+        chunk_linear, chunk_square, chunk_outer, chunk_unit, chunk_indices = chunk
         if chunk_outer is not None:
             eps = members.noise_vectors(chunk_indices).astype(chunk_outer.dtype)
+            if chunk_unit is not None:
+                chunk_outer = chunk_outer + chunk_unit / jnp.sum(eps * eps, axis=1)
             return (*weighted_sums(chunk_linear, chunk_square, eps), outer_sum(chunk_outer, eps))
         keys = members.noise_keys(chunk_indices)
         return (*members.noise.sums(members.aux, keys, chunk_linear, chunk_square, members.layout, start, size),
@@ -84,4 +84,4 @@ def rebuild(members: population.Generation, coefficients: Coefficients, summed: 
 
     zeros = jnp.zeros((size,), linear.dtype)
     init = (zeros, None if square is None else zeros, None if outer is None else jnp.zeros((size, size), linear.dtype))
-    return Sums(*sum_in_batches(chunk_sums, (linear, square, outer, indices), batch, init))
+    return Sums(*sum_in_batches(chunk_sums, (linear, square, outer, unit, indices), batch, init))

@@ -30,7 +30,9 @@ and the engine rebuilds, in chunks and without ever storing the population::
 
     Sums.linear = sum_i a_i s_i eps_i           float[D]
     Sums.square = sum_i b_i eps_i**2            float[D]     when Coefficients.square is given
-    Sums.outer  = sum_i c_i eps_i eps_i^T       float[D, D]  when Coefficients.outer is given
+    Sums.outer  = sum_i (c_i + u_i / |eps_i|^2) eps_i eps_i^T
+                                                float[D, D]  when Coefficients.outer is given
+                                                             (u_i: Coefficients.outer_unit, or 0)
 
 A strategy whose ``update`` works coordinate by coordinate declares ``coordinatewise``: given a slice
 of the mean, of its per-coordinate state and of the sums, it returns those coordinates of the whole
@@ -102,12 +104,15 @@ class Coefficients(NamedTuple):
 
     ``linear`` weighs ``s_i * eps_i``, ``square`` weighs ``eps_i**2`` (a
     per-coordinate variance update) and ``outer`` weighs ``eps_i eps_i^T``
-    (a full covariance update).
+    (a full covariance update). ``outer_unit`` (with ``outer``) weighs the
+    unit directions' ``eps_i eps_i^T / |eps_i|^2`` in the same sum: active
+    CMA-ES's negative weights, which must not grow with a member's length.
     """
 
     linear: jax.Array
     square: jax.Array | None = None
     outer: jax.Array | None = None
+    outer_unit: jax.Array | None = None
 
 
 class Sums(NamedTuple):

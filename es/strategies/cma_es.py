@@ -1,26 +1,30 @@
 """CMA-ES with a full covariance matrix (Hansen, "The CMA evolution strategy: a tutorial", arXiv:1604.00772,
-2016): positive recombination weights, cumulative step-size adaptation (CSA), rank-one and rank-mu updates.
+2016): its default weights (positive and negative, "active" CMA), cumulative step-size adaptation (CSA),
+rank-one and rank-mu updates.
 
 The distribution is ``N(m, sigma^2 C)`` with ``C = B diag(d)^2 B^T``. Member ``i`` is ``m + sigma B D z_i``
 with ``z_i ~ N(0, I)`` rebuilt from the shared keys (the strategy's ``scale`` is the matrix ``sigma B D``).
-With the weights ``w_k = ln((lambda + 1) / 2) - ln k`` of the best ``mu = lambda // 2`` members (normalised;
-tied members share the mean of their ranks' weights), ``Sums.linear = sum_i w_i z_i`` and
-``Sums.outer = sum_i w_i z_i z_i^T`` (never a stored population)::
+The member of rank ``k`` gets the weight ``w_k``: the tutorial's ``ln((lambda + 1) / 2) - ln k``, positive
+on the best ``mu = lambda // 2`` (normalised to sum 1) and negative on the worst (eq. 53: scaled to sum
+``-min(alpha_mu, alpha_mu_eff, alpha_posdef)``); tied members share the mean of their ranks' weights. With
+``w+`` the positive weights and ``w°_i = w_i`` (``w_i >= 0``) or ``n w_i / |z_i|^2`` (``w_i < 0``, as
+``|C^-1/2 y_i| = |z_i|``), ``Sums.linear = sum_i w+_i z_i`` and ``Sums.outer = sum_i w°_i z_i z_i^T``
+(``Coefficients.outer_unit``; never a stored population)::
 
-    y_w     = B D Sums.linear                                                   = sum_i w_i y_i
+    y_w     = B D Sums.linear                                                   = sum_i w+_i y_i
     m       <- m + sigma y_w
     p_sigma <- (1 - c_sigma) p_sigma + sqrt(c_sigma (2 - c_sigma) mu_eff) B Sums.linear     (C^-1/2 y_w)
     sigma   <- sigma exp(c_sigma / d_sigma (|p_sigma| / E|N(0, I)| - 1))
     p_c     <- (1 - c_c) p_c + h_sigma sqrt(c_c (2 - c_c) mu_eff) y_w
-    C       <- (1 + c_1 dh - c_1 - c_mu) C + c_1 p_c p_c^T + c_mu (B D) Sums.outer (B D)^T
+    C       <- (1 + c_1 dh - c_1 - c_mu sum_i w_i) C + c_1 p_c p_c^T + c_mu (B D) Sums.outer (B D)^T
     B, d    <- the eigendecomposition of C, every ``eigen_interval`` generations
 
 with ``h_sigma = 1`` unless ``|p_sigma| / sqrt(1 - (1 - c_sigma)^(2 (g + 1))) >= (1.4 + 2 / (n + 1))
 E|N(0, I)|``, ``dh = (1 - h_sigma) c_c (2 - c_c)``, and the tutorial's defaults (its Table 1):
 ``c_sigma = (mu_eff + 2) / (n + mu_eff + 5)``, ``d_sigma = 1 + 2 max(0, sqrt((mu_eff - 1) / (n + 1)) - 1) +
 c_sigma``, ``c_c = (4 + mu_eff / n) / (n + 4 + 2 mu_eff / n)``, ``c_1 = 2 / ((n + 1.3)^2 + mu_eff)``,
-``c_mu = min(1 - c_1, 2 (mu_eff - 2 + 1 / mu_eff) / ((n + 2)^2 + mu_eff))``. Negative ("active") weights
-are not used.
+``c_mu = min(1 - c_1, 2 (mu_eff - 2 + 1 / mu_eff) / ((n + 2)^2 + mu_eff))``; ``alpha_mu = 1 + c_1 / c_mu``,
+``alpha_mu_eff = 1 + 2 mu_eff- / (mu_eff + 2)``, ``alpha_posdef = (1 - c_1 - c_mu) / (n c_mu)``.
 
 The eigendecomposition is deferred as the tutorial suggests: it runs every ``max(1, floor(1 / (10 n (c_1 +
 c_mu))))`` generations (every generation below about 30 parameters), so a generation costs ``O(n^2 lambda)``
@@ -76,6 +80,7 @@ class Constants(NamedTuple):
     """The tutorial's learning rates and normalisers for ``n`` parameters and ``lambda`` members."""
 
     weights: tuple[float, ...]
+    """``w_k`` for ranks ``k = 1..lambda``: positive on the best ``mu``, negative on the worst."""
     mu_eff: float
     c_sigma: float
     d_sigma: float
@@ -88,12 +93,14 @@ class Constants(NamedTuple):
 
 @functools.cache
 def constants(n: int, popsize: int) -> Constants:
-    weights, mu_eff = tutorial_weights(popsize)
+    positive, negative, mu_eff, mu_eff_minus = tutorial_weights(popsize)
     c_sigma = (mu_eff + 2) / (n + mu_eff + 5)
     c_1 = 2 / ((n + 1.3) ** 2 + mu_eff)
     c_mu = min(1 - c_1, 2 * (mu_eff - 2 + 1 / mu_eff) / ((n + 2) ** 2 + mu_eff))
+    alpha = min(1 + c_1 / c_mu, 1 + 2 * mu_eff_minus / (mu_eff + 2), (1 - c_1 - c_mu) / (n * c_mu))
+    minus = -sum(negative) or 1.0
     return Constants(
-        weights=weights,
+        weights=tuple(w + alpha * v / minus for w, v in zip(positive, negative)),
         mu_eff=mu_eff,
         c_sigma=c_sigma,
         d_sigma=1 + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma,
@@ -154,9 +161,11 @@ class CMAES(Strategy):
         return state.sigma * state.basis * state.scales[None, :]
 
     def coefficients(self, hp, state: CMAESState, fitness: jax.Array) -> Coefficients:
-        weights = constants(state.scales.shape[0], self.popsize).weights
-        weights = shaping.rank_weights(fitness, jnp.asarray(weights, state.cov.dtype), self.maximize)
-        return Coefficients(linear=weights, outer=weights)
+        n = state.scales.shape[0]
+        weights = jnp.asarray(constants(n, self.popsize).weights, state.cov.dtype)
+        weights = shaping.rank_weights(fitness, weights, self.maximize)
+        positive = jnp.maximum(weights, 0.0)
+        return Coefficients(linear=positive, outer=positive, outer_unit=n * jnp.minimum(weights, 0.0))
 
     def update(self, hp, state: CMAESState, mean: jax.Array, coefficients: Coefficients, sums: Sums,
                generation: jax.Array) -> Step:
@@ -172,7 +181,8 @@ class CMAES(Strategy):
             1.4 + 2 / (n + 1)) * k.chi_n
         h_sigma = jnp.where(stall, 0.0, 1.0)
         path_cov = (1 - k.c_c) * path_cov + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y_w
-        decay = 1 + k.c_1 * (1 - h_sigma) * k.c_c * (2 - k.c_c) - k.c_1 - k.c_mu * jnp.sum(coefficients.outer)
+        weight_sum = jnp.sum(coefficients.outer) + jnp.sum(coefficients.outer_unit) / n  # sum_i w_i
+        decay = 1 + k.c_1 * (1 - h_sigma) * k.c_c * (2 - k.c_c) - k.c_1 - k.c_mu * weight_sum
         cov = decay * cov + k.c_1 * jnp.outer(path_cov, path_cov) + k.c_mu * to_y @ sums.outer @ to_y.T
         basis, scales = jax.lax.cond(generation % k.eigen_interval == k.eigen_interval - 1, eigen,
                                      lambda c: (basis, scales), cov)

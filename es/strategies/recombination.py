@@ -21,13 +21,18 @@ def positive_weights(popsize: int) -> tuple[tuple[float, ...], float]:
 
 
 @functools.cache
-def tutorial_weights(popsize: int) -> tuple[tuple[float, ...], float]:
-    """``(w, mu_eff)`` of the tutorial: ``w'_k = ln((popsize + 1) / 2) - ln k`` on the best ``mu = popsize // 2``
-    ranks, normalised to sum 1, and 0 on the rest (no negative, "active", weights)."""
-    mu = popsize // 2
-    raw = [math.log((popsize + 1) / 2) - math.log(k) for k in range(1, mu + 1)]
-    weights = [w / sum(raw) for w in raw]
-    return tuple(weights + [0.0] * (popsize - mu)), 1.0 / sum(w * w for w in weights)
+def tutorial_weights(popsize: int) -> tuple[tuple[float, ...], tuple[float, ...], float, float]:
+    """The tutorial's raw weights ``w'_k = ln((popsize + 1) / 2) - ln k`` for ranks ``k = 1..popsize`` (eq. 49):
+    ``(positive, negative, mu_eff, mu_eff_minus)``, the positive ones normalised to sum 1 (0 past the best
+    ``mu = popsize // 2``), the negative ones as they are (0 on the best ``mu``; the strategy scales them),
+    and the variance effective selection masses of each."""
+    raw = [math.log((popsize + 1) / 2) - math.log(k) for k in range(1, popsize + 1)]
+    plus = sum(w for w in raw if w > 0)
+    positive = tuple(w / plus if w > 0 else 0.0 for w in raw)
+    negative = tuple(w if w < 0 else 0.0 for w in raw)
+    minus = sum(negative)
+    mu_eff_minus = minus * minus / sum(w * w for w in negative) if minus else 0.0
+    return positive, negative, 1.0 / sum(w * w for w in positive), mu_eff_minus
 
 
 def expected_norm(n: int) -> float:
