@@ -45,6 +45,33 @@ def load_npz(path: Path) -> dict:
         return dict(data)
 
 
+def two_processes_and_one(tmp_path: Path, worker: list[str], *report: str) -> dict:
+    """Run ``worker`` as 2 processes x 1 device (under the launcher) and as 1 process x 1 device; assert both
+    exit 0 and that every array each rank saved equals the 1-process run's, bit for bit. Its arrays."""
+    runs = {"2x1": tmp_path / "2x1", "1x1": tmp_path / "1x1"}
+    for path in runs.values():
+        path.mkdir()
+    procs = {
+        "2x1": subprocess.Popen(
+            launcher("--processes", "2", "--timeout", str(CHILD_TIMEOUT), "--", sys.executable, worker[0],
+                     str(runs["2x1"]), *worker[1:], *report),
+            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        "1x1": subprocess.Popen([sys.executable, worker[0], str(runs["1x1"]), *worker[1:]],
+                                env=child_env(JAX_NUM_CPU_DEVICES="1"), cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True),
+    }
+    for name, proc in procs.items():
+        output = proc.communicate(timeout=CHILD_TIMEOUT + 10)[0]
+        assert proc.returncode == 0, f"{name}:\n{output[-3000:]}"
+    reference = load_npz(runs["1x1"] / "rank0.npz")
+    for rank in (0, 1):
+        got = load_npz(runs["2x1"] / f"rank{rank}.npz")
+        assert sorted(got) == sorted(reference)
+        for name in reference:
+            np.testing.assert_array_equal(got[name], reference[name], err_msg=f"rank {rank}: {name}")
+    return reference
+
+
 def test_importing_es_starts_no_backend_and_initialize_without_arguments_does_nothing():
     code = (
         "from jax._src import xla_bridge\n"
@@ -105,31 +132,12 @@ def test_the_split_update_runs_across_two_processes_bit_for_bit(tmp_path):
     strategy, hidden = "SNES", 1100
     assert es.engine.execution.splits_update(es.STRATEGIES[strategy](popsize=32, sigma=0.1), 8 * hidden, 2)
     worker = [WORKER, "--strategy", strategy, "--hidden", str(hidden), "--exchange", "sharded"]
-    runs = {"2x1": tmp_path / "2x1", "1x1": tmp_path / "1x1"}
-    for path in runs.values():
-        path.mkdir()
-    procs = {
-        "2x1": subprocess.Popen(
-            launcher("--processes", "2", "--timeout", str(CHILD_TIMEOUT), "--", sys.executable, worker[0],
-                     str(runs["2x1"]), *worker[1:], "--report"),
-            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        "1x1": subprocess.Popen([sys.executable, worker[0], str(runs["1x1"]), *worker[1:]],
-                                env=child_env(JAX_NUM_CPU_DEVICES="1"), cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True),
-    }
-    for name, proc in procs.items():
-        output = proc.communicate(timeout=CHILD_TIMEOUT + 10)[0]
-        assert proc.returncode == 0, f"{name}:\n{output[-3000:]}"
-    reference = load_npz(runs["1x1"] / "rank0.npz")
+    reference = two_processes_and_one(tmp_path, worker, "--report")
     assert "state/.strategy_state.sigma" in reference and reference["state/.params['w1']"].shape == (4, hidden)
     for rank in (0, 1):
-        got = load_npz(runs["2x1"] / f"rank{rank}.npz")
-        assert sorted(got) == sorted(reference)
-        for name in reference:
-            np.testing.assert_array_equal(got[name], reference[name], err_msg=f"rank {rank}: {name}")
         # What crossed: the fitnesses and, per generation, each device's slice of the mean and of sigma
         # (the update was split), not only the 32 fitnesses.
-        info = json.loads((runs["2x1"] / f"rank{rank}.json").read_text())
+        info = json.loads((tmp_path / "2x1" / f"rank{rank}.json").read_text())
         assert info["report_ops"] == ["all-gather"] and info["report_total_bytes"] > 2 * 4 * 8 * hidden
 
 
@@ -401,25 +409,5 @@ def test_cma_es_runs_across_two_processes_bit_for_bit(tmp_path):
     """es.CMAES (full covariance) as 2 processes x 1 device: every array of the state and the metrics equal a
     1-process 1-device run's, bit for bit (its covariance update is every device's own, from the fitnesses)."""
     worker = [WORKER, "--strategy", "CMAES", "--hidden", "4"]
-    runs = {"2x1": tmp_path / "2x1", "1x1": tmp_path / "1x1"}
-    for path in runs.values():
-        path.mkdir()
-    procs = {
-        "2x1": subprocess.Popen(
-            launcher("--processes", "2", "--timeout", str(CHILD_TIMEOUT), "--", sys.executable, worker[0],
-                     str(runs["2x1"]), *worker[1:]),
-            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        "1x1": subprocess.Popen([sys.executable, worker[0], str(runs["1x1"]), *worker[1:]],
-                                env=child_env(JAX_NUM_CPU_DEVICES="1"), cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True),
-    }
-    for name, proc in procs.items():
-        output = proc.communicate(timeout=CHILD_TIMEOUT + 10)[0]
-        assert proc.returncode == 0, f"{name}:\n{output[-3000:]}"
-    reference = load_npz(runs["1x1"] / "rank0.npz")
+    reference = two_processes_and_one(tmp_path, worker)
     assert reference["state/.strategy_state.cov"].shape == (32, 32)  # 8 * hidden params
-    for rank in (0, 1):
-        got = load_npz(runs["2x1"] / f"rank{rank}.npz")
-        assert sorted(got) == sorted(reference)
-        for name in reference:
-            np.testing.assert_array_equal(got[name], reference[name], err_msg=f"rank {rank}: {name}")

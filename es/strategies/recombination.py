@@ -38,3 +38,12 @@ def tutorial_weights(popsize: int) -> tuple[tuple[float, ...], tuple[float, ...]
 def expected_norm(n: int) -> float:
     """``E||N(0, I_n)||``, approximated as ``sqrt(n) (1 - 1/(4n) + 1/(21 n^2))``."""
     return math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n * n))
+
+
+def check_popsize(strategy) -> None:
+    """Refuse fewer than 4 members: the best half recombine, and the weights need two of them."""
+    if strategy.popsize < 4:
+        raise ValueError(
+            f"{type(strategy).__name__}(popsize={strategy.popsize}): popsize must be at least 4 (the best half "
+            "recombine, and the weights need two members); use popsize=4 or more."
+        )

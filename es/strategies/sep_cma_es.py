@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from es.noise import GaussianNoise, NoiseSource
 from es.strategies import shaping
 from es.strategies.base import Coefficients, PerCoordinate, Step, Strategy, Sums
+from es.strategies import recombination
 from es.strategies.recombination import expected_norm, positive_weights
 
 
@@ -113,11 +114,7 @@ class SepCMAES(Strategy):
 
     def __post_init__(self):
         self.check_common()
-        if self.popsize < 4:
-            raise ValueError(
-                f"SepCMAES(popsize={self.popsize}): popsize must be at least 4 (the best half recombine, "
-                "and the weights need two members); use popsize=4 or more."
-            )
+        recombination.check_popsize(self)
         self.check_noise_fits()
 
     def hyperparameters(self, dim: int) -> SepCMAESHyperparameters:

@@ -171,13 +171,7 @@ def measure(dim: int = DIM, popsize: int = POPSIZE, rounds: int = 10, generation
     with CompileClock() as clock:
         for name, library, strategy, x64 in runners:
             live[name] = runner = make_runner(library, strategy, x64, dim, popsize)
-            before = (clock.seconds, clock.compiles)
-            start = time.perf_counter()
-            with clock.measuring():
-                run_block(runner, 1)
-            rows[name]["first_gen_s"] = time.perf_counter() - start
-            rows[name]["first_gen_compile_s"] = clock.seconds - before[0]
-            rows[name]["first_gen_compiles"] = clock.compiles - before[1]
+            rows[name].update(first_generation(clock, runner, "first_gen"))
             run_block(runner, warmup)
         names = list(live)
         for round_index in range(rounds):
@@ -193,15 +187,18 @@ def measure(dim: int = DIM, popsize: int = POPSIZE, rounds: int = 10, generation
         for name, library, strategy, x64 in runners:  # a restart: a fresh strategy, twice the popsize
             if library != "es":
                 continue
-            runner = make_runner(library, strategy, x64, dim, 2 * popsize)
-            before = (clock.seconds, clock.compiles)
-            start = time.perf_counter()
-            with clock.measuring():
-                run_block(runner, 1)
-            rows[name]["restart_s"] = time.perf_counter() - start
-            rows[name]["restart_compile_s"] = clock.seconds - before[0]
-            rows[name]["restart_compiles"] = clock.compiles - before[1]
+            rows[name].update(first_generation(clock, make_runner(library, strategy, x64, dim, 2 * popsize), "restart"))
     return [summarise(row) for row in rows.values()]
+
+
+def first_generation(clock: CompileClock, runner, prefix: str) -> dict:
+    """A runner's first generation: its wall seconds, and the seconds and programs JAX compiled for it."""
+    before = (clock.seconds, clock.compiles)
+    start = time.perf_counter()
+    with clock.measuring():
+        run_block(runner, 1)
+    return {f"{prefix}_s": time.perf_counter() - start, f"{prefix}_compile_s": clock.seconds - before[0],
+            f"{prefix}_compiles": clock.compiles - before[1]}
 
 
 def summarise(row: dict) -> dict:
