@@ -90,7 +90,7 @@ def run(env_id: str, seed: int, generations: int, max_minutes: float, num_worker
             stopped_by_time = True
             break
     train_s = time.perf_counter() - start
-    task.fitness.close()
+    task.host_fitness.close()
     held_out = task.held_out(EVAL_EPISODES)
     eval_return = held_out.mean_return(state.params, jax.random.key(EVAL_SEED_OFFSET + seed), state.fitness_state)
     return {
@@ -99,7 +99,7 @@ def run(env_id: str, seed: int, generations: int, max_minutes: float, num_worker
         "strategy": strategy.describe(),
         "task": {"policy": "linear", "obs_norm": task.obs_norm, "reward_offset": task.reward_offset,
                  "num_episodes": task.num_episodes, "max_steps": task.max_steps,
-                 "num_workers": task.fitness.num_workers},
+                 "num_workers": task.host_fitness.num_workers},
         "generations": int(state.generation),
         "stopped_by_time": stopped_by_time,
         "env_steps": float(state.fitness_state.env_steps),

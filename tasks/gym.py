@@ -46,7 +46,7 @@ from es import validation
 from es.host import member_seed
 from tasks import obs_norm as obsnorm
 from tasks.envs import (
-    EnvFitnessState, MemberStats, check_episode_options, check_hidden_sizes, option_pairs,
+    EnvFitnessState, MemberStats, check_episode_options, check_hidden_sizes, check_shared_by, option_pairs,
     update_fitness_state,
 )
 from tasks.policies import BoxHead, DiscreteHead, MLPPolicy
@@ -92,6 +92,9 @@ class GymTask:
       obs_categories: for a ``Discrete`` observation space, its size (one-hot); 0 for boxes.
       env_kwargs: ``(name, value)`` pairs passed to ``gymnasium.make``.
       num_workers, timeout_s: of the ``es.HostFitness`` (worker processes, seconds per member).
+      common_random_numbers: ``None``, or who shares an episode seed in training (``"generation"`` or
+        ``"pair"``): ``fitness`` is then an ``es.CommonRandomNumbers``, so the members compared start
+        their episodes from the same states. A training setting: ``held_out`` evaluates without.
     """
 
     env_id: str
@@ -105,6 +108,7 @@ class GymTask:
     env_kwargs: tuple[tuple[str, Any], ...] = ()
     num_workers: int | None = None
     timeout_s: float | None = None
+    common_random_numbers: str | None = None
 
     def __getstate__(self):  # what a worker receives: the settings, not the cached HostFitness and its pool
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -198,14 +202,23 @@ class GymTask:
         obs = obsnorm.init(self.obs_size) if self.obs_norm else None
         return EnvFitnessState(jnp.zeros((), jnp.float32), obs)
 
-    @functools.cached_property
-    def fitness(self) -> es.HostFitness:
-        """The ``es.HostFitness`` to hand ``es.evolve`` (one per task object: its pool persists).
+    @property
+    def fitness(self):
+        """What to hand ``es.evolve``: ``host_fitness``, wrapped in an ``es.CommonRandomNumbers`` when
+        ``common_random_numbers`` is set.
 
         Stateful: ``state.fitness_state`` is an ``EnvFitnessState`` that counts
         env steps and holds the running observation statistics; create the
         state with ``strategy.init(key, params, fitness=task.fitness)``.
         """
+        if self.common_random_numbers is None:
+            return self.host_fitness
+        return es.CommonRandomNumbers(self.host_fitness, self.common_random_numbers)
+
+    @functools.cached_property
+    def host_fitness(self) -> es.HostFitness:
+        """The task's ``es.HostFitness`` (one per task object: its pool persists; ``close()`` it, or use it
+        as a context manager)."""
         scalar = jax.ShapeDtypeStruct((), jnp.float32)
         vector = jax.ShapeDtypeStruct((self.obs_size,), jnp.float32)
         stats = MemberStats(scalar, obsnorm.ObsStats(scalar, vector, vector) if self.obs_norm else None)
@@ -215,8 +228,9 @@ class GymTask:
         )
 
     def held_out(self, num_episodes: int) -> GymTask:
-        """This task as it is evaluated: ``num_episodes`` episodes (``mean_return`` runs them in this process)."""
-        return dataclasses.replace(self, num_episodes=num_episodes)
+        """This task as it is evaluated: ``num_episodes`` episodes, each with its own seed (``mean_return`` runs
+        them in this process)."""
+        return dataclasses.replace(self, num_episodes=num_episodes, common_random_numbers=None)
 
     def mean_return(self, params: PyTree, key: jax.Array, fitness_state: EnvFitnessState | None = None) -> float:
         """Mean return over ``num_episodes`` episodes, run in this process (the env's own reward).
@@ -293,6 +307,7 @@ def gym_factory(env_id: str):
         num_workers: int | None = None,
         timeout_s: float | None = None,
         env_kwargs: dict | None = None,
+        common_random_numbers: str | None = None,
     ) -> GymTask:
         num_episodes, max_steps, policy = check_episode_options(name, num_episodes, max_steps, policy, POLICIES)
         if policy == "linear" and hidden_sizes not in (None, ()):
@@ -314,6 +329,8 @@ def gym_factory(env_id: str):
         num_workers = validation.check_optional_int(f"tasks.make({name!r})", "num_workers", num_workers)
         timeout_s = validation.check_optional_float(f"tasks.make({name!r})", "timeout_s", timeout_s, positive=True)
         kwargs_pairs = option_pairs(name, "env_kwargs", env_kwargs)
+        if common_random_numbers is not None:
+            check_shared_by(owner, common_random_numbers, "common_random_numbers")
 
         import gymnasium
 
@@ -327,7 +344,7 @@ def gym_factory(env_id: str):
             obs_norm = False  # one-hot features: nothing to normalise
         net = MLPPolicy(obs_size, head, hidden_sizes, activation, float(output_scale))
         return GymTask(env_id, net, num_episodes, max_steps, obs_norm, action_squash, float(reward_offset),
-                       categories, kwargs_pairs, num_workers, timeout_s)
+                       categories, kwargs_pairs, num_workers, timeout_s, common_random_numbers)
 
     factory.__doc__ = f"{name}: a numpy policy's mean episode return (see tasks.gym.GymTask)."
     return factory

@@ -29,6 +29,7 @@ class MultiDiscreteActions(gymnasium.Env):
 gymnasium.register("EsTest/MultiDiscrete-v0", entry_point=MultiDiscreteActions, max_episode_steps=5)
 
 
+
 def test_a_gymnasium_task_has_the_task_interface():
     task = tasks.make("gymnasium:CartPole-v1", num_workers=2)
     assert isinstance(task, GymTask) and task.max_steps == 500 and task.num_episodes == 1
@@ -82,6 +83,20 @@ def test_linear_policies_clip_and_the_survival_bonus_is_subtracted_in_training_o
     np.testing.assert_allclose(returns, true_returns - lengths)
 
 
+@pytest.mark.parametrize("shared_by, popsize, spread", [(None, 2, True), ("pair", 2, False), ("pair", 4, True),
+                                                        ("generation", 4, False)])
+def test_common_random_numbers_give_the_members_compared_the_same_episodes(shared_by, popsize, spread):
+    task = tasks.make("gymnasium:Pendulum-v1", num_workers=1, common_random_numbers=shared_by)
+    assert isinstance(task.fitness, es.HostFitness if shared_by is None else es.CommonRandomNumbers)
+    assert task.held_out(3).common_random_numbers is None  # held-out episodes each have their own seed
+    strategy = es.ARS(popsize=popsize, sigma=1e-6)  # members' policies all but equal: returns differ by the start
+    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(0)), fitness=task.fitness)
+    with task.host_fitness:
+        _, metrics = es.evolve(strategy, task.fitness, state, 2)
+    stds = np.asarray(metrics["fitness_std"])
+    assert np.all(stds > 1.0) if spread else np.all(stds < 1e-2), stds
+
+
 def test_environments_whose_actions_the_policy_cannot_produce_are_refused():
     with pytest.raises(ValueError, match=r"action space MultiDiscrete\(\[3 2\]\) is not supported"):
         tasks.make("gymnasium:EsTest/MultiDiscrete-v0")
@@ -99,4 +114,7 @@ def test_bad_options_are_refused_with_the_option_named():
             tasks.make("gymnasium:CartPole-v1", policy="mlp", hidden_sizes=hidden_sizes)
     with pytest.raises(ValueError, match="unknown option"):
         tasks.make("gymnasium:CartPole-v1", episodes=3)
+    with pytest.raises(ValueError, match=r"common_random_numbers='member'\) is unknown; "
+                                         r"use one of \['pair', 'generation'\]"):
+        tasks.make("gymnasium:CartPole-v1", common_random_numbers="member")
     assert "gymnasium:Hopper-v5" in tasks.names()
