@@ -95,6 +95,8 @@ class GymTask:
       common_random_numbers: ``None``, or who shares an episode seed in training (``"generation"`` or
         ``"pair"``): ``fitness`` is then an ``es.CommonRandomNumbers``, so the members compared start
         their episodes from the same states. A training setting: ``held_out`` evaluates without.
+      training_steps: steps per training episode at most (``None``: ``max_steps``); held-out episodes
+        (``mean_return``) run to ``max_steps``.
     """
 
     env_id: str
@@ -109,6 +111,7 @@ class GymTask:
     num_workers: int | None = None
     timeout_s: float | None = None
     common_random_numbers: str | None = None
+    training_steps: int | None = None
 
     def __getstate__(self):  # what a worker receives: the settings, not the cached HostFitness and its pool
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -155,13 +158,16 @@ class GymTask:
 
     # ---------------------------------------------------------------- episodes
 
-    def rollout(self, params: PyTree, seed: int, stats: obsnorm.ObsStats | None, reward_offset: float = 0.0):
+    def rollout(self, params: PyTree, seed: int, stats: obsnorm.ObsStats | None, reward_offset: float = 0.0,
+                max_steps: int | None = None):
         """``(returns float[num_episodes], lengths int[num_episodes], ObsStats of the observations seen)``.
 
         Episode ``i`` resets the environment with the ``i``-th int drawn from
-        ``np.random.default_rng(seed)``; observations are normalised with
+        ``np.random.default_rng(seed)`` and runs ``max_steps`` steps at most
+        (``None``: the task's ``max_steps``); observations are normalised with
         ``stats`` when ``obs_norm`` (``stats`` in numpy).
         """
+        limit = self.max_steps if max_steps is None else min(max_steps, self.max_steps)
         env = self.env
         params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
         mean = std = None
@@ -173,7 +179,7 @@ class GymTask:
         for _ in range(self.num_episodes):
             obs, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
             total, steps, observed = 0.0, 0, []
-            while steps < self.max_steps:
+            while steps < limit:
                 x = self.features(obs)
                 observed.append(x)
                 if mean is not None:
@@ -193,7 +199,7 @@ class GymTask:
 
     def evaluate(self, params: PyTree, seed: int, fitness_state: EnvFitnessState):
         """``(mean training return, MemberStats)`` of one member: ``fn`` of the ``es.HostFitness`` (in a worker)."""
-        returns, lengths, seen = self.rollout(params, seed, fitness_state.obs, self.reward_offset)
+        returns, lengths, seen = self.rollout(params, seed, fitness_state.obs, self.reward_offset, self.training_steps)
         obs_stats = seen if self.obs_norm else None
         return float(np.mean(returns)), MemberStats(np.float32(np.sum(lengths)), obs_stats)
 
@@ -308,6 +314,7 @@ def gym_factory(env_id: str):
         timeout_s: float | None = None,
         env_kwargs: dict | None = None,
         common_random_numbers: str | None = None,
+        training_steps: int | None = None,
     ) -> GymTask:
         num_episodes, max_steps, policy = check_episode_options(name, num_episodes, max_steps, policy, POLICIES)
         if policy == "linear" and hidden_sizes not in (None, ()):
@@ -331,6 +338,7 @@ def gym_factory(env_id: str):
         kwargs_pairs = option_pairs(name, "env_kwargs", env_kwargs)
         if common_random_numbers is not None:
             check_shared_by(owner, common_random_numbers, "common_random_numbers")
+        training_steps = validation.check_optional_int(owner, "training_steps", training_steps)
 
         import gymnasium
 
@@ -344,7 +352,7 @@ def gym_factory(env_id: str):
             obs_norm = False  # one-hot features: nothing to normalise
         net = MLPPolicy(obs_size, head, hidden_sizes, activation, float(output_scale))
         return GymTask(env_id, net, num_episodes, max_steps, obs_norm, action_squash, float(reward_offset),
-                       categories, kwargs_pairs, num_workers, timeout_s, common_random_numbers)
+                       categories, kwargs_pairs, num_workers, timeout_s, common_random_numbers, training_steps)
 
     factory.__doc__ = f"{name}: a numpy policy's mean episode return (see tasks.gym.GymTask)."
     return factory

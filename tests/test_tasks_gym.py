@@ -97,6 +97,18 @@ def test_common_random_numbers_give_the_members_compared_the_same_episodes(share
     assert np.all(stds > 1.0) if spread else np.all(stds < 1e-2), stds
 
 
+def test_training_steps_shorten_training_episodes_only():
+    task = tasks.make("gymnasium:Pendulum-v1", num_workers=1, training_steps=50)  # Pendulum never terminates
+    strategy = es.ARS(popsize=4)
+    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(0)), fitness=task.fitness)
+    with task.host_fitness:
+        state, _ = es.evolve(strategy, task.fitness, state, 2)
+    assert float(state.fitness_state.env_steps) == 2 * 4 * 50
+    params = jax.tree.map(np.asarray, state.params)
+    _, lengths, _ = task.held_out(2).rollout(params, 0, state.fitness_state.obs)
+    assert list(lengths) == [200, 200]  # held-out episodes run to the env's time limit
+
+
 def test_environments_whose_actions_the_policy_cannot_produce_are_refused():
     with pytest.raises(ValueError, match=r"action space MultiDiscrete\(\[3 2\]\) is not supported"):
         tasks.make("gymnasium:EsTest/MultiDiscrete-v0")
@@ -114,6 +126,8 @@ def test_bad_options_are_refused_with_the_option_named():
             tasks.make("gymnasium:CartPole-v1", policy="mlp", hidden_sizes=hidden_sizes)
     with pytest.raises(ValueError, match="unknown option"):
         tasks.make("gymnasium:CartPole-v1", episodes=3)
+    with pytest.raises(ValueError, match=r"training_steps=0\): training_steps must be an int >= 1"):
+        tasks.make("gymnasium:CartPole-v1", training_steps=0)
     with pytest.raises(ValueError, match=r"common_random_numbers='member'\) is unknown; "
                                          r"use one of \['pair', 'generation'\]"):
         tasks.make("gymnasium:CartPole-v1", common_random_numbers="member")
