@@ -109,6 +109,18 @@ def test_training_steps_shorten_training_episodes_only():
     assert list(lengths) == [200, 200]  # held-out episodes run to the env's time limit
 
 
+def test_ant_trains_on_short_episodes_with_common_random_numbers_by_default_and_other_envs_do_not():
+    ant = tasks.make("gymnasium:Ant-v5")
+    assert (ant.training_steps, ant.common_random_numbers, ant.reward_offset) == (250, "generation", -1.0)
+    assert isinstance(ant.fitness, es.CommonRandomNumbers) and ant.fitness.shared_by == "generation"
+    plain = tasks.make("gymnasium:Ant-v5", training_steps=1000, common_random_numbers=False)
+    assert (plain.training_steps, plain.common_random_numbers) == (1000, None)
+    assert isinstance(plain.fitness, es.HostFitness)
+    for env_id in ("Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Pendulum-v1"):
+        task = tasks.make(f"gymnasium:{env_id}")
+        assert (task.training_steps, task.common_random_numbers) == (None, None), env_id
+
+
 def test_environments_whose_actions_the_policy_cannot_produce_are_refused():
     with pytest.raises(ValueError, match=r"action space MultiDiscrete\(\[3 2\]\) is not supported"):
         tasks.make("gymnasium:EsTest/MultiDiscrete-v0")
