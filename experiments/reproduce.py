@@ -429,7 +429,13 @@ def with_kept_sections(report: str, page: Path) -> str:
     return report.rstrip("\n") + "\n\n" + section + "\n"
 
 
-def plot(env: str, runs: list[dict], path: Path) -> None:
+def plot(env: str, runs: list[dict], path: Path, lines: dict[str, float] | None = None,
+         episodes: int = CURVE_EPISODES) -> None:
+    """Each run's ``curve`` (``generation``, ``env_steps``, ``return`` of the mean policy on ``episodes``
+    episodes) against generations and env steps; ``lines``: ``{label: return}`` drawn across (default: the
+    env's reference)."""
+    if lines is None:
+        lines = {REFERENCE_SOURCES[env]: REFERENCES[env]} if env in REFERENCES else {}
     import matplotlib
 
     matplotlib.use("Agg")
@@ -443,10 +449,10 @@ def plot(env: str, runs: list[dict], path: Path) -> None:
         axes[0].plot(gens, returns, label=f"seed {run['seed']}")
         axes[1].plot(steps, returns, label=f"seed {run['seed']}")
     for ax, xlabel in zip(axes, ("generation", "environment steps (millions)")):
-        if env in REFERENCES:
-            ax.axhline(REFERENCES[env], color="k", ls="--", lw=1, label=REFERENCE_SOURCES[env])
+        for (label, value), style in zip(lines.items(), ("--", ":", "-.")):
+            ax.axhline(value, color="k", ls=style, lw=1, label=label)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"return of the mean policy ({CURVE_EPISODES} episodes)")
+        ax.set_ylabel(f"return of the mean policy ({episodes} episodes)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     strategies = sorted({run.get("strategy", "OpenES") for run in runs})

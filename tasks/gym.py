@@ -21,7 +21,11 @@ in after every generation, as for the gymnax tasks).
 in ``mean_return``): ``None`` subtracts the survival bonus of Hopper,
 Walker2d, Ant and Humanoid, as ARS does (Mania et al. 2018, section 4.2;
 rl-baselines3-zoo's ``alive_bonus_offset``), so that standing still is not a
-local optimum; other environments get 0.
+local optimum; other environments get 0. Training settings some families
+need (``TRAINING_DEFAULTS``): Ant trains on 250-step episodes
+(``training_steps``; held-out episodes still run to ``max_steps``) with common
+random numbers (``common_random_numbers="generation"``: every member of a
+generation starts from the same state).
 
 Continuous (``Box``) actions are the policy's outputs clipped to the bounds
 (``action_squash="clip"``, the default for linear policies) or squashed by
@@ -46,7 +50,7 @@ from es import validation
 from es.host.pool import member_seed
 from tasks import obs_norm as obsnorm
 from tasks.envs import (
-    EnvFitnessState, MemberStats, check_episode_options, check_hidden_sizes, option_pairs,
+    EnvFitnessState, MemberStats, check_episode_options, check_hidden_sizes, check_shared_by, option_pairs,
     update_fitness_state,
 )
 from tasks.policies import BoxHead, DiscreteHead, MLPPolicy
@@ -66,6 +70,11 @@ NUMPY_ACTIVATIONS = {
 }
 # The survival bonus per step of the MuJoCo locomotion envs that have one (their healthy_reward default).
 SURVIVAL_BONUS = {"Hopper": 1.0, "Walker2d": 1.0, "Ant": 1.0, "Humanoid": 5.0}
+# Training settings of tasks.make("gymnasium:<family>-v<k>") where the family needs them (tuned here for ARS,
+# tasks.default_strategy; experiments/results_notes.md): on Ant-v5, Mania et al.'s settings on full episodes
+# climbed about 100 above the zero policy in 0.7 M steps, with 250-step training episodes and members compared on
+# the same start state 3,600 in 4.3 M.
+TRAINING_DEFAULTS = {"Ant": {"training_steps": 250, "common_random_numbers": "generation"}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,6 +101,11 @@ class GymTask:
       obs_categories: for a ``Discrete`` observation space, its size (one-hot); 0 for boxes.
       env_kwargs: ``(name, value)`` pairs passed to ``gymnasium.make``.
       num_workers, timeout_s: of the ``es.HostFitness`` (worker processes, seconds per member).
+      common_random_numbers: ``None``, or who shares an episode seed in training (``"generation"`` or
+        ``"pair"``): ``fitness`` is then an ``es.CommonRandomNumbers``, so the members compared start
+        their episodes from the same states. A training setting: ``held_out`` evaluates without.
+      training_steps: steps per training episode at most (``None``: ``max_steps``); held-out episodes
+        (``mean_return``) run to ``max_steps``.
     """
 
     env_id: str
@@ -105,6 +119,8 @@ class GymTask:
     env_kwargs: tuple[tuple[str, Any], ...] = ()
     num_workers: int | None = None
     timeout_s: float | None = None
+    common_random_numbers: str | None = None
+    training_steps: int | None = None
 
     def __getstate__(self):  # what a worker receives: the settings, not the cached HostFitness and its pool
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -151,13 +167,16 @@ class GymTask:
 
     # ---------------------------------------------------------------- episodes
 
-    def rollout(self, params: PyTree, seed: int, stats: obsnorm.ObsStats | None, reward_offset: float = 0.0):
+    def rollout(self, params: PyTree, seed: int, stats: obsnorm.ObsStats | None, reward_offset: float = 0.0,
+                max_steps: int | None = None):
         """``(returns float[num_episodes], lengths int[num_episodes], ObsStats of the observations seen)``.
 
         Episode ``i`` resets the environment with the ``i``-th int drawn from
-        ``np.random.default_rng(seed)``; observations are normalised with
+        ``np.random.default_rng(seed)`` and runs ``max_steps`` steps at most
+        (``None``: the task's ``max_steps``); observations are normalised with
         ``stats`` when ``obs_norm`` (``stats`` in numpy).
         """
+        limit = self.max_steps if max_steps is None else min(max_steps, self.max_steps)
         env = self.env
         params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
         mean = std = None
@@ -169,7 +188,7 @@ class GymTask:
         for _ in range(self.num_episodes):
             obs, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
             total, steps, observed = 0.0, 0, []
-            while steps < self.max_steps:
+            while steps < limit:
                 x = self.features(obs)
                 observed.append(x)
                 if mean is not None:
@@ -189,7 +208,7 @@ class GymTask:
 
     def evaluate(self, params: PyTree, seed: int, fitness_state: EnvFitnessState):
         """``(mean training return, MemberStats)`` of one member: ``fn`` of the ``es.HostFitness`` (in a worker)."""
-        returns, lengths, seen = self.rollout(params, seed, fitness_state.obs, self.reward_offset)
+        returns, lengths, seen = self.rollout(params, seed, fitness_state.obs, self.reward_offset, self.training_steps)
         obs_stats = seen if self.obs_norm else None
         return float(np.mean(returns)), MemberStats(np.float32(np.sum(lengths)), obs_stats)
 
@@ -198,14 +217,23 @@ class GymTask:
         obs = obsnorm.init(self.obs_size) if self.obs_norm else None
         return EnvFitnessState(jnp.zeros((), jnp.float32), obs)
 
-    @functools.cached_property
-    def fitness(self) -> es.HostFitness:
-        """The ``es.HostFitness`` to hand ``es.evolve`` (one per task object: its pool persists).
+    @property
+    def fitness(self):
+        """What to hand ``es.evolve``: ``host_fitness``, wrapped in an ``es.CommonRandomNumbers`` when
+        ``common_random_numbers`` is set.
 
         Stateful: ``state.fitness_state`` is an ``EnvFitnessState`` that counts
         env steps and holds the running observation statistics; create the
         state with ``strategy.init(key, params, fitness=task.fitness)``.
         """
+        if self.common_random_numbers is None:
+            return self.host_fitness
+        return es.CommonRandomNumbers(self.host_fitness, self.common_random_numbers)
+
+    @functools.cached_property
+    def host_fitness(self) -> es.HostFitness:
+        """The task's ``es.HostFitness`` (one per task object: its pool persists; ``close()`` it, or use it
+        as a context manager)."""
         scalar = jax.ShapeDtypeStruct((), jnp.float32)
         vector = jax.ShapeDtypeStruct((self.obs_size,), jnp.float32)
         stats = MemberStats(scalar, obsnorm.ObsStats(scalar, vector, vector) if self.obs_norm else None)
@@ -215,8 +243,9 @@ class GymTask:
         )
 
     def held_out(self, num_episodes: int) -> GymTask:
-        """This task as it is evaluated: ``num_episodes`` episodes (``mean_return`` runs them in this process)."""
-        return dataclasses.replace(self, num_episodes=num_episodes)
+        """This task as it is evaluated: ``num_episodes`` episodes, each with its own seed (``mean_return`` runs
+        them in this process)."""
+        return dataclasses.replace(self, num_episodes=num_episodes, common_random_numbers=None)
 
     def mean_return(self, params: PyTree, key: jax.Array, fitness_state: EnvFitnessState | None = None) -> float:
         """Mean return over ``num_episodes`` episodes, run in this process (the env's own reward).
@@ -293,6 +322,8 @@ def gym_factory(env_id: str):
         num_workers: int | None = None,
         timeout_s: float | None = None,
         env_kwargs: dict | None = None,
+        common_random_numbers: str | bool | None = None,
+        training_steps: int | None = None,
     ) -> GymTask:
         num_episodes, max_steps, policy = check_episode_options(name, num_episodes, max_steps, policy, POLICIES)
         if policy == "linear" and hidden_sizes not in (None, ()):
@@ -314,6 +345,16 @@ def gym_factory(env_id: str):
         num_workers = validation.check_optional_int(f"tasks.make({name!r})", "num_workers", num_workers)
         timeout_s = validation.check_optional_float(f"tasks.make({name!r})", "timeout_s", timeout_s, positive=True)
         kwargs_pairs = option_pairs(name, "env_kwargs", env_kwargs)
+        family_defaults = TRAINING_DEFAULTS.get(env_id.split("-v")[0], {})
+        if common_random_numbers is None:
+            common_random_numbers = family_defaults.get("common_random_numbers")
+        if common_random_numbers is False:
+            common_random_numbers = None
+        elif common_random_numbers is not None:
+            check_shared_by(owner, common_random_numbers, "common_random_numbers")
+        if training_steps is None:
+            training_steps = family_defaults.get("training_steps")
+        training_steps = validation.check_optional_int(owner, "training_steps", training_steps)
 
         import gymnasium
 
@@ -327,7 +368,7 @@ def gym_factory(env_id: str):
             obs_norm = False  # one-hot features: nothing to normalise
         net = MLPPolicy(obs_size, head, hidden_sizes, activation, float(output_scale))
         return GymTask(env_id, net, num_episodes, max_steps, obs_norm, action_squash, float(reward_offset),
-                       categories, kwargs_pairs, num_workers, timeout_s)
+                       categories, kwargs_pairs, num_workers, timeout_s, common_random_numbers, training_steps)
 
     factory.__doc__ = f"{name}: a numpy policy's mean episode return (see tasks.gym.GymTask)."
     return factory

@@ -83,3 +83,32 @@ def test_image_observations_get_snes_and_gymnax_vectors_keep_openes():
     assert breakout.policy.hidden_sizes == () and cartpole.policy.hidden_sizes == (64, 64)  # linear on images
     assert tasks.make("Breakout-MinAtar", policy="cnn").policy.hidden_sizes == (64,)
     assert tasks.make("Breakout-MinAtar", hidden_sizes=(32,)).policy.hidden_sizes == (32,)
+
+
+# tasks.default_strategy on gymnasium tasks: es.ARS, (popsize = 2 x directions, top_k, learning_rate, sigma), as
+# documented in tasks/defaults.py and docs/tasks.md; every version of a family (the id before "-v") alike.
+GYM_TUNED = {
+    "Hopper-v5": (16, 4, 0.01, 0.025),
+    "HalfCheetah-v5": (64, 4, 0.02, 0.03),
+    "Walker2d-v5": (80, 30, 0.03, 0.025),
+    "Walker2d-v4": (80, 30, 0.03, 0.025),
+    "Ant-v5": (120, 20, 0.015, 0.025),
+    "Humanoid-v5": (460, 230, 0.02, 0.0075),
+}
+GYM_FALLBACK = (16, 4, 0.02, 0.03)
+
+
+@pytest.mark.filterwarnings("ignore:.*Walker2d-v4 is out of date")
+@pytest.mark.parametrize("env_id", [*GYM_TUNED, "InvertedDoublePendulum-v5", "Swimmer-v5", "Pendulum-v1"])
+def test_gymnasium_envs_get_ars_with_their_tuned_settings_or_the_documented_fallback(env_id):
+    strategy = tasks.default_strategy(tasks.make(f"gymnasium:{env_id}"))
+    assert type(strategy) is es.ARS and strategy.maximize
+    expected = GYM_TUNED.get(env_id, GYM_FALLBACK)
+    assert (strategy.popsize, strategy.top_k, strategy.learning_rate, strategy.sigma) == pytest.approx(expected)
+
+
+def test_only_the_documented_gymnasium_families_are_tuned_and_other_strategies_keep_their_env_defaults():
+    assert set(tasks.defaults.GYM_STRATEGY) == {"Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid"}
+    ant = tasks.make("gymnasium:Ant-v5")
+    for name in ("OpenES", "SNES", "SepCMAES"):
+        check_documented(tasks.default_strategy(ant, name), name, ENV_DOCUMENTED[name])

@@ -29,6 +29,7 @@ class MultiDiscreteActions(gymnasium.Env):
 gymnasium.register("EsTest/MultiDiscrete-v0", entry_point=MultiDiscreteActions, max_episode_steps=5)
 
 
+
 def test_a_gymnasium_task_has_the_task_interface():
     task = tasks.make("gymnasium:CartPole-v1", num_workers=2)
     assert isinstance(task, GymTask) and task.max_steps == 500 and task.num_episodes == 1
@@ -82,6 +83,44 @@ def test_linear_policies_clip_and_the_survival_bonus_is_subtracted_in_training_o
     np.testing.assert_allclose(returns, true_returns - lengths)
 
 
+@pytest.mark.parametrize("shared_by, popsize, spread", [(None, 2, True), ("pair", 2, False), ("pair", 4, True),
+                                                        ("generation", 4, False)])
+def test_common_random_numbers_give_the_members_compared_the_same_episodes(shared_by, popsize, spread):
+    task = tasks.make("gymnasium:Pendulum-v1", num_workers=1, common_random_numbers=shared_by)
+    assert isinstance(task.fitness, es.HostFitness if shared_by is None else es.CommonRandomNumbers)
+    assert task.held_out(3).common_random_numbers is None  # held-out episodes each have their own seed
+    strategy = es.ARS(popsize=popsize, sigma=1e-6)  # members' policies all but equal: returns differ by the start
+    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(0)), fitness=task.fitness)
+    with task.host_fitness:
+        _, metrics = es.evolve(strategy, task.fitness, state, 2)
+    stds = np.asarray(metrics["fitness_std"])
+    assert np.all(stds > 1.0) if spread else np.all(stds < 1e-2), stds
+
+
+def test_training_steps_shorten_training_episodes_only():
+    task = tasks.make("gymnasium:Pendulum-v1", num_workers=1, training_steps=50)  # Pendulum never terminates
+    strategy = es.ARS(popsize=4)
+    state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(0)), fitness=task.fitness)
+    with task.host_fitness:
+        state, _ = es.evolve(strategy, task.fitness, state, 2)
+    assert float(state.fitness_state.env_steps) == 2 * 4 * 50
+    params = jax.tree.map(np.asarray, state.params)
+    _, lengths, _ = task.held_out(2).rollout(params, 0, state.fitness_state.obs)
+    assert list(lengths) == [200, 200]  # held-out episodes run to the env's time limit
+
+
+def test_ant_trains_on_short_episodes_with_common_random_numbers_by_default_and_other_envs_do_not():
+    ant = tasks.make("gymnasium:Ant-v5")
+    assert (ant.training_steps, ant.common_random_numbers, ant.reward_offset) == (250, "generation", -1.0)
+    assert isinstance(ant.fitness, es.CommonRandomNumbers) and ant.fitness.shared_by == "generation"
+    plain = tasks.make("gymnasium:Ant-v5", training_steps=1000, common_random_numbers=False)
+    assert (plain.training_steps, plain.common_random_numbers) == (1000, None)
+    assert isinstance(plain.fitness, es.HostFitness)
+    for env_id in ("Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Pendulum-v1"):
+        task = tasks.make(f"gymnasium:{env_id}")
+        assert (task.training_steps, task.common_random_numbers) == (None, None), env_id
+
+
 def test_environments_whose_actions_the_policy_cannot_produce_are_refused():
     with pytest.raises(ValueError, match=r"action space MultiDiscrete\(\[3 2\]\) is not supported"):
         tasks.make("gymnasium:EsTest/MultiDiscrete-v0")
@@ -99,4 +138,9 @@ def test_bad_options_are_refused_with_the_option_named():
             tasks.make("gymnasium:CartPole-v1", policy="mlp", hidden_sizes=hidden_sizes)
     with pytest.raises(ValueError, match="unknown option"):
         tasks.make("gymnasium:CartPole-v1", episodes=3)
+    with pytest.raises(ValueError, match=r"training_steps=0\): training_steps must be an int >= 1"):
+        tasks.make("gymnasium:CartPole-v1", training_steps=0)
+    with pytest.raises(ValueError, match=r"common_random_numbers='member'\) is unknown; "
+                                         r"use one of \['pair', 'generation'\]"):
+        tasks.make("gymnasium:CartPole-v1", common_random_numbers="member")
     assert "gymnasium:Hopper-v5" in tasks.names()
