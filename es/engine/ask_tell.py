@@ -15,8 +15,9 @@ the same params as ``es.evolve``, bit for bit.
 Fitnesses keep float64's precision: ``tell`` hands the engine each value
 rounded to the fitness dtype and what rounding dropped (``es.fitness.from_host``),
 and the engine ranks them at full precision. The checks of a (strategy, state
-shapes) pair run once and are remembered; the compiled programs are cached by
-JAX per strategy program and shapes, so a generation costs two dispatches.
+shapes) pair run once and are remembered, and so are the compiled programs
+(per strategy, settings, state shapes and dtype, compiled ahead of time), so a
+generation costs two calls of compiled code and no tracing.
 
 ``ask(..., members=range(start, stop))`` builds only those members, so a loop
 over a large model can hold one chunk at a time. ``es.engine.members.eval_key``
@@ -26,7 +27,7 @@ gives the key ``es.evolve`` would pass a member's fitness.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,7 @@ from es.engine.evolution import run_generations
 from es.engine.execution import check_noise, check_state, resolve_execution
 from es.engine.generation import evaluates_pairs, this_generation
 from es.fitness import Fitnesses, GivenFitness, from_host
+from es.fitness.contract import fitness_dtype
 from es.noise import Layout
 from es.parallel.mesh import resolve_mesh
 from es.strategies.base import State, Strategy
@@ -58,11 +60,16 @@ def ask(strategy: Strategy, state: State, members: range | None = None, *, eval_
         to the rounding that docs/design.md describes; pass the value you
         give ``es.evolve`` to compare with it bit for bit).
     """
-    layout = _checked(strategy, state, "ask")
+    checked = _checked(strategy, state, "ask")
     start, stop = _member_range(strategy, members)
-    pairs = _pairs(strategy, layout, stop - start, eval_batch_size) and start % 2 == 0
-    program, hp, _, _ = _prepared(strategy, layout, None, None)
-    return _ask_compiled(program, start, stop, pairs, hp, state)
+
+    def make():
+        pairs = _pairs(strategy, checked.layout, stop - start, eval_batch_size) and start % 2 == 0
+        program, hp, _, _ = _prepared(strategy, checked.layout, None, None)
+        return _ahead_of_time(checked, _ask_compiled, (program, start, stop, pairs), hp, state), hp
+
+    compiled, hp = checked.program(("ask", start, stop, eval_batch_size), make)
+    return compiled(hp, state)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
@@ -98,7 +105,7 @@ def tell(
       (scalars; the names of ``es.METRIC_NAMES``; ``"stop"`` says which
       stopping conditions hold, ``es.stop_reasons`` in words).
     """
-    layout = _checked(strategy, state, "tell")
+    checked = _checked(strategy, state, "tell")
     if state.fitness_state is not None:
         raise ValueError(
             "es.tell: state.fitness_state is not None (the state was made for a StatefulFitness), but tell "
@@ -106,8 +113,13 @@ def tell(
             "strategy.init(key, params)."
         )
     given = from_host(_fitness_values(strategy, fitness), "es.tell")
-    program, hp, mesh, execution = _prepared(strategy, layout, update_batch_size, stop_criteria)
-    return _tell_compiled(program, mesh, execution, hp, state, given)
+
+    def make():
+        program, hp, mesh, execution = _prepared(strategy, checked.layout, update_batch_size, stop_criteria)
+        return _ahead_of_time(checked, _tell_compiled, (program, mesh, execution), hp, state, given), hp
+
+    compiled, hp = checked.program(("tell", update_batch_size, stop_criteria), make)
+    return compiled(hp, state, given)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -131,7 +143,7 @@ class Loop:
     """
 
     def __init__(self, strategy: Strategy, state: State, compiled=None):
-        layout = _checked(strategy, state, "tell")
+        layout = _checked(strategy, state, "tell").layout
         self.strategy, self.state = strategy, state
         self.program, self.hp, self.mesh, self.execution = _prepared(strategy, layout, None, None)
         self.compiled = compiled
@@ -183,7 +195,7 @@ def stop_reasons(strategy: Strategy, state: State, stop_criteria: stopping.StopC
     the same ``stop_criteria``). Stopping never changes what a further
     generation does; it is yours (or ``es.minimize``'s) to act on.
     """
-    layout = _checked(strategy, state, "stop_reasons")
+    layout = _checked(strategy, state, "stop_reasons").layout
     criteria = stop_criteria or stopping.StopCriteria()
     if not isinstance(criteria, stopping.StopCriteria):
         raise TypeError(f"es.stop_reasons(stop_criteria={stop_criteria!r}): use an es.StopCriteria(...) or None.")
@@ -199,16 +211,35 @@ def _stop_mask(program, criteria, hp, state):
 # --------------------------------------------------------------------------- checks, made once
 
 
-def _checked(strategy: Strategy, state: State, name: str) -> Layout:
-    """Check ``strategy`` and ``state`` (once per strategy and state signature); the params' layout."""
+class _Checked:
+    """A (strategy, state signature) pair that passed the checks: the params' layout, and the programs compiled
+    for it (``(compiled program, hyperparameters)`` per call settings and dtype)."""
+
+    def __init__(self, layout: Layout, cached: bool):
+        self.layout, self.cached, self.programs = layout, cached, {}
+
+    def program(self, settings: tuple, make: Callable[[], tuple]) -> tuple:
+        """``make()``'s ``(program, hyperparameters)`` for ``settings`` (and this thread's dtype), made once."""
+        key = (settings, fitness_dtype())
+        try:
+            return self.programs[key]
+        except KeyError:
+            made = make()
+            if self.cached:
+                _remember(self.programs, key, made)
+            return made
+
+
+def _checked(strategy: Strategy, state: State, name: str) -> _Checked:
+    """Check ``strategy`` and ``state``, once per strategy and state signature (not remembered for an
+    unhashable strategy)."""
     if not isinstance(strategy, Strategy):
         raise TypeError(f"es.{name}: strategy must be an es strategy (es.OpenES, es.SNES, es.CMAES, ...), got "
                         f"{type(strategy).__name__}.")
     if not isinstance(state, State):
         raise TypeError(f"es.{name}: state must be an es.State from strategy.init(key, params), got "
                         f"{type(state).__name__}.")
-    leaves, treedef = jax.tree.flatten(state)
-    key = (strategy, treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves))
+    key = _signature(strategy, state)
     try:
         return _CHECKED[key]
     except KeyError:
@@ -218,14 +249,38 @@ def _checked(strategy: Strategy, state: State, name: str) -> Layout:
     check_state(strategy, None, state)
     layout = Layout.of(state.params)
     check_noise(strategy, state, layout)
+    checked = _Checked(layout, cached=key is not None)
     if key is not None:
-        if len(_CHECKED) >= 512:
-            _CHECKED.clear()
-        _CHECKED[key] = layout
-    return layout
+        _remember(_CHECKED, key, checked)
+    return checked
 
 
-_CHECKED: dict = {}  # (strategy, state signature) -> layout, for pairs that passed the checks
+_CHECKED: dict = {}  # (strategy, state signature) -> _Checked
+
+
+def _signature(strategy: Strategy, state: State) -> tuple:
+    """``(strategy, the state's tree structure, each leaf's shape and dtype)``."""
+    leaves, treedef = jax.tree.flatten(state)
+    try:
+        shapes = tuple([(x.shape, x.dtype) for x in leaves])
+    except AttributeError:  # a Python scalar among the leaves
+        shapes = tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves)
+    return strategy, treedef, shapes
+
+
+def _remember(cache: dict, key, value) -> None:
+    """``cache[key] = value``, the cache emptied first when it holds 512 entries."""
+    if len(cache) >= 512:
+        cache.clear()
+    cache[key] = value
+
+
+def _ahead_of_time(checked: _Checked, jitted, static: tuple, hp, *args):
+    """``jitted`` for ``static``, compiled ahead of time for these argument shapes (called directly after: no
+    tracing, no jit dispatch); for a pair that is not remembered, ``jitted`` itself."""
+    if not checked.cached:
+        return functools.partial(jitted, *static)
+    return jitted.lower(*static, hp, *args).compile()
 
 
 @functools.lru_cache(maxsize=512)
@@ -246,9 +301,7 @@ def _prepared(strategy: Strategy, layout: Layout, update_batch_size, stop_criter
     hp = jax.tree.map(lambda v: jnp.asarray(v, jnp.result_type(float)), strategy.hyperparameters(layout.dim))
     prepared = (strategy.program(), hp, resolve_mesh(None), execution)
     try:
-        if len(_PREPARED) >= 512:
-            _PREPARED.clear()
-        _PREPARED[key] = prepared
+        _remember(_PREPARED, key, prepared)
     except TypeError:
         pass
     return prepared

@@ -39,8 +39,12 @@ class Fitnesses(NamedTuple):
 
 
 def fitness_dtype() -> np.dtype:
-    """The dtype the engine keeps fitnesses in: float32, or float64 under ``jax_enable_x64``."""
-    return np.dtype(jnp.result_type(float))
+    """The dtype the engine keeps fitnesses in: float32, or float64 under ``jax_enable_x64`` (as
+    ``jnp.result_type(float)``, read from the flag: this runs once per ``es.tell``)."""
+    return _FLOAT64 if jax.config.jax_enable_x64 else _FLOAT32
+
+
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def from_host(values, where: str, dtype=None) -> Fitnesses:
@@ -51,6 +55,8 @@ def from_host(values, where: str, dtype=None) -> Fitnesses:
     """
     exact = np.asarray(values, np.float64)
     dtype = np.dtype(fitness_dtype() if dtype is None else dtype)
+    if dtype == _FLOAT64:  # nothing to round (a copy: the caller may reuse its array)
+        return Fitnesses(exact.copy(), np.zeros_like(exact))
     big = np.isfinite(exact) & (np.abs(exact) > np.finfo(dtype).max)
     if np.any(big):
         i = int(np.flatnonzero(big)[0])

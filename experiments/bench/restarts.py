@@ -2,6 +2,8 @@
 
     python -m experiments.bench.restarts                      # 10-D Rastrigin and Rosenbrock, BIPOP, 3 seeds
     python -m experiments.bench.restarts --dim 5 --max-evals 50000
+    python -m experiments.bench.restarts --compilation-cache /tmp/jax-cache   # twice: the second process reads
+                                                                              # the compiled programs from disk
 
 Every new popsize is a new compiled program (the arrays change shape); programs are cached for the life of
 the process, so a popsize that recurs compiles nothing. This script runs ``es.minimize(..., restarts="bipop")``
@@ -10,6 +12,10 @@ time it compiles what it needs (the next large run's programs compile on a backg
 goes on), the second time every program is cached, so the difference of the two wall times is what
 compiling cost the first call. JAX's monitoring events (``/jax/core/compile/*_duration``) add up the
 compiling itself, on either thread.
+
+``--compilation-cache DIR`` turns on JAX's persistent compilation cache (``jax_compilation_cache_dir``,
+every program cached however quick its compile): a second process with the same ``DIR`` loads the compiled
+programs instead of compiling them, and what remains of "cost of compiling" is tracing and lowering.
 """
 
 from __future__ import annotations
@@ -36,9 +42,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--dim", type=int, default=10)
     parser.add_argument("--max-evals", type=int, default=None, help="default: 1e4 * dim")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--compilation-cache", metavar="DIR", default=None,
+                        help="JAX's persistent compilation cache directory (default: none)")
     args = parser.parse_args(argv)
 
     import jax
+
+    if args.compilation_cache:
+        jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
     import es
 
