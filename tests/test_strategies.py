@@ -93,6 +93,22 @@ def test_ask_tell_gives_the_params_of_evolve_bit_for_bit(name):
     chex.assert_trees_all_equal(told, jax.tree.map(lambda m: m[-1], metrics))
 
 
+def test_ask_tell_after_the_first_generation_traces_and_compiles_nothing():
+    strategy = STRATEGIES["SNES"]
+    state = strategy.init(jax.random.key(0), jnp.zeros(6))
+    events = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **kwargs: events.append(event) if event.startswith("/jax/core/compile") else None)
+    per_generation = []
+    for _ in range(3):
+        events.clear()
+        population = es.ask(strategy, state)
+        state, _ = es.tell(strategy, state, np.sum(np.square(population), axis=1, dtype=np.float64))
+        per_generation.append(list(events))
+    assert per_generation[0], "the first generation compiles (the listener hears it)"
+    assert per_generation[1:] == [[], []], per_generation[1:]
+
+
 def test_ask_builds_a_chunk_of_members_at_a_time():
     strategy = STRATEGIES["SNES"]
     state = strategy.init(jax.random.key(0), {"w": jnp.ones((3, 4)), "b": jnp.zeros(2)})

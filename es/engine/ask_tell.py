@@ -259,12 +259,11 @@ _CHECKED: dict = {}  # (strategy, state signature) -> _Checked
 
 
 def _signature(strategy: Strategy, state: State) -> tuple:
-    """``(strategy, the state's tree structure, each leaf's shape and dtype)``."""
+    """``(strategy, the state's tree structure, each leaf's shape, dtype and weak type)``: what the programs
+    compiled ahead of time for the pair require of their arguments."""
     leaves, treedef = jax.tree.flatten(state)
-    try:
-        shapes = tuple([(x.shape, x.dtype) for x in leaves])
-    except AttributeError:  # a Python scalar among the leaves
-        shapes = tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves)
+    shapes = tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x)), getattr(x, "weak_type", False))
+                   for x in leaves)
     return strategy, treedef, shapes
 
 
