@@ -52,7 +52,7 @@ def start(file: Path, log_dir: Path) -> tuple[subprocess.Popen, Path, float]:
     log = log_dir / f"{file.stem}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(file)],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5", str(file)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,  # its own group: killed whole
         )
     return process, log, time.monotonic()

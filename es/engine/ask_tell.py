@@ -296,7 +296,8 @@ def _prepared(strategy: Strategy, layout: Layout, update_batch_size, stop_criter
         return _PREPARED[key]
     except (KeyError, TypeError):  # not yet, or an unhashable strategy
         pass
-    execution = resolve_execution(strategy, layout, "fitness", None, update_batch_size, stop_criteria=stop_criteria)
+    execution = resolve_execution(strategy, layout, "fitness", None, update_batch_size, fitness=GivenFitness,
+                                  stop_criteria=stop_criteria)
     hp = jax.tree.map(lambda v: jnp.asarray(v, jnp.result_type(float)), strategy.hyperparameters(layout.dim))
     prepared = (strategy.program(), hp, resolve_mesh(None), execution)
     try:

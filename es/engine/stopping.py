@@ -117,11 +117,13 @@ class History(NamedTuple):
 
 
 def initial_history(dim: int, popsize: int, dtype) -> History:
-    recent = jnp.zeros((StopCriteria().recent(dim, popsize) + 1,), dtype)
-    sparse = jnp.zeros((MAX_SPARSE,), dtype)
-    zero = jnp.zeros((), jnp.int32)
-    return History(recent, recent, sparse, sparse, zero, jnp.asarray(-jnp.inf, dtype), jnp.zeros((), dtype), zero,
-                   jnp.full((popsize,), jnp.nan, dtype))
+    # Built in numpy: an eager jnp.zeros compiles a program per shape, and the shapes follow the popsize,
+    # which each restart of es.minimize changes.
+    recent = jnp.asarray(np.zeros((StopCriteria().recent(dim, popsize) + 1,), dtype))
+    sparse = jnp.asarray(np.zeros((MAX_SPARSE,), dtype))
+    zero = jnp.asarray(np.int32(0))
+    return History(recent, recent, sparse, sparse, zero, jnp.asarray(-np.inf, dtype), jnp.asarray(np.zeros((), dtype)),
+                   zero, jnp.asarray(np.full((popsize,), np.nan, dtype)))
 
 
 def _pushed(buffer: jax.Array, new, when) -> jax.Array:

@@ -241,6 +241,12 @@ class GivenFitness:
         self.values, self.stats, self.first, self.fitness = values, stats, first, fitness
         self.stateful = fitness is not None and fitness.stateful
 
+    @staticmethod
+    def default_eval_batch_size(popsize: int, antithetic: bool, dim: int) -> int:
+        """The whole population: reading given values needs no memory per member, so one batch (no loop)."""
+        del antithetic, dim
+        return popsize
+
     def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool, shared_by: str = "member"):
         del members, fitness_state, pairs, shared_by
         index = chunk - self.first

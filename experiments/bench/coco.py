@@ -84,7 +84,8 @@ import warnings
 
 import numpy as np
 
-from experiments.bench.common import CompileClock, machine_description, markdown_table, write_results
+from experiments.bench.common import (CompileClock, machine_description, markdown_table, use_compilation_cache,
+                                      write_results)
 
 SOLVERS = ("es", "pycma")
 DIMS = (2, 3, 5, 10, 20)
@@ -415,6 +416,9 @@ def main(argv=None) -> None:
     parser.add_argument("--cocopp", action="store_true", help="after the sweep, run cocopp on the folders")
     parser.add_argument("--postprocess", nargs="+", metavar="FOLDER", default=None,
                         help="only run cocopp on these COCO folders (and cross-check the solved fractions)")
+    parser.add_argument("--compilation-cache", metavar="DIR", default=None,
+                        help="JAX's persistent compilation cache directory, shared by the processes of a split "
+                             "sweep (default: none)")
     parser.add_argument("--report", nargs="+", metavar="JSONL", default=None,
                         help="only print the table of these per-problem records (<coco-dir>/<tag>-problems.jsonl "
                              "of one or more sweeps, e.g. the dimensions of a sweep split over processes)")
@@ -440,6 +444,7 @@ def main(argv=None) -> None:
         solvers = [s for s in solvers if s != "es"]
         if not solvers:
             return
+    use_compilation_cache(args.compilation_cache)
     print(machine_description())
     result = sweep(parse_indices(args.dims), parse_indices(args.functions), parse_indices(args.instances), solvers,
                    args.budget_multiplier, args.coco_dir, args.tag or time.strftime("%Y%m%d-%H%M%S"), args.seed,

@@ -94,6 +94,17 @@ def write_results(out: str, rows: list[dict], text: str, extra: dict | None = No
         f.write(text + "\n")
 
 
+def use_compilation_cache(directory: str | None) -> None:
+    """Turn on JAX's persistent compilation cache in ``directory`` (every program, however quick its compile),
+    so that another process with the same directory loads the compiled programs; ``None``: leave it off."""
+    if directory:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", directory)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 class CompileClock:
     """Seconds JAX spends tracing, lowering to MLIR and compiling, while active (``jax.monitoring`` events)."""
 

@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from experiments.bench.common import use_compilation_cache
+
 COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                   "/jax/core/compile/backend_compile_duration")
 
@@ -48,10 +50,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     import jax
 
-    if args.compilation_cache:
-        jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    use_compilation_cache(args.compilation_cache)
 
     import es
 
