@@ -18,7 +18,6 @@ from es.fitness import JaxFitness
 from es.engine.batching import default_eval_batch_size, map_chunks
 from es.noise import Layout
 from es.noise import standard_normal
-from es.noise.threefry import fold_in
 
 SOURCES = [es.GaussianNoise(), es.NoiseTable(size=4096, seed=3)]
 SOURCE_IDS = ["prng", "table"]
@@ -37,17 +36,6 @@ def test_standard_normal_accepts_raw_and_non_threefry_keys():
     chex.assert_trees_all_equal(standard_normal(raw, 300), jax.random.normal(raw, (300,)))
     philox = jax.random.key(5, impl="philox4x32")  # falls back to jax.random.normal
     chex.assert_trees_all_equal(standard_normal(philox, 300), jax.random.normal(philox, (300,)))
-
-
-def test_fold_in_is_jax_random_fold_in_bit_for_bit():
-    keys = jax.random.split(jax.random.key(7), 16)
-    data = jnp.asarray([0, 1, 2, 5, 2**31 - 1, 123_456_789], jnp.int32)
-    fold = lambda f: jax.jit(jax.vmap(jax.vmap(f, in_axes=(None, 0)), in_axes=(0, None)))(keys, data)
-    chex.assert_trees_all_equal(jax.random.key_data(fold(fold_in)), jax.random.key_data(fold(jax.random.fold_in)))
-    raw, philox = jax.random.PRNGKey(5), jax.random.key(5, impl="philox4x32")  # JAX's own fold_in for these
-    chex.assert_trees_all_equal(fold_in(raw, 3), jax.random.fold_in(raw, 3))
-    chex.assert_trees_all_equal(jax.random.key_data(fold_in(philox, 3)),
-                                jax.random.key_data(jax.random.fold_in(philox, 3)))
 
 
 def test_noise_table_is_jax_random_normal_of_its_seed():

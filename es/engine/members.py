@@ -26,7 +26,6 @@ from jax.flatten_util import ravel_pytree
 
 from es.engine.partition import apart
 from es.noise.layout import Layout
-from es.noise.threefry import fold_in
 
 _NOISE_STREAM = 0
 _EVAL_STREAM = 1
@@ -50,18 +49,18 @@ def noise_sign(member: jax.Array, antithetic: bool) -> jax.Array:
 
 def generation_key(run_key: jax.Array, generation: jax.Array) -> jax.Array:
     """The key every draw of generation ``generation`` descends from."""
-    return fold_in(run_key, generation)
+    return jax.random.fold_in(run_key, generation)
 
 
 def noise_key(gen_key: jax.Array, index: jax.Array) -> jax.Array:
     """Key of noise vector ``index`` in the generation of ``gen_key``."""
-    return fold_in(fold_in(gen_key, _NOISE_STREAM), index)
+    return jax.random.fold_in(jax.random.fold_in(gen_key, _NOISE_STREAM), index)
 
 
 def eval_key(gen_key: jax.Array, member: jax.Array, shared_by: str = "member") -> jax.Array:
     """Key passed to ``fitness_fn`` for member ``member`` (``shared_by``: one of ``EVAL_KEY_SHARING``)."""
     index = {"member": member, "pair": member // 2, "generation": member * 0}[shared_by]
-    return fold_in(fold_in(gen_key, _EVAL_STREAM), index)
+    return jax.random.fold_in(jax.random.fold_in(gen_key, _EVAL_STREAM), index)
 
 
 def compute_dtype(dtype) -> jnp.dtype:

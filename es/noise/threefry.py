@@ -63,22 +63,6 @@ def _is_threefry(key: jax.Array) -> bool:
     return str(jax.random.key_impl(key)) == "threefry2x32"
 
 
-def fold_in(key: jax.Array, data) -> jax.Array:
-    """``jax.random.fold_in(key, data)`` bit for bit, with the hash unrolled for threefry keys.
-
-    JAX derives the new key as ``threefry2x32(key, (0, uint32(data)))`` and lowers the hash on CPU as a
-    rolled loop of five steps: one ``while`` per call, a few kernel launches per step, which dominate
-    a small program such as one ``es.tell``. Unrolled, it fuses into one kernel. Other keys (raw ``uint32[2]``
-    keys, other implementations): JAX's own.
-    """
-    if not (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and _is_threefry(key)):
-        return jax.random.fold_in(key, data)
-    bits = jax.random.key_data(key)
-    counter = jnp.asarray(data).astype(jnp.uint32)
-    hi, lo = threefry2x32(bits[..., 0], bits[..., 1], jnp.zeros_like(counter), counter)
-    return jax.random.wrap_key_data(jnp.stack([hi, lo], axis=-1), impl=jax.random.key_impl(key))
-
-
 def _threefry_normal_from(data: jax.Array, counters: jax.Array) -> jax.Array:
     hi, lo = threefry2x32(data[0], data[1], jnp.zeros_like(counters), counters)
     return _bits_to_normal(hi ^ lo)
