@@ -109,6 +109,20 @@ def test_ask_tell_after_the_first_generation_traces_and_compiles_nothing():
     assert per_generation[1:] == [[], []], per_generation[1:]
 
 
+@pytest.mark.parametrize("name", ["SNES-antithetic", "SepCMAES"])
+def test_tell_builds_the_next_members_with_the_bits_of_ask(name):
+    strategy = STRATEGIES[name]
+    state = strategy.init(jax.random.key(0), jnp.zeros(6))
+    for _ in range(3):
+        population = es.ask(strategy, state)
+        state, _ = es.tell(strategy, state, np.sum(np.square(population), axis=1, dtype=np.float64))
+    built = es.ask(strategy, state)  # built by tell, handed back
+    assert es.ask(strategy, state) is built
+    fresh = es.ask(strategy, jax.tree.map(lambda x: x, state))  # another State object: ask builds them itself
+    assert fresh is not built
+    chex.assert_trees_all_equal(fresh, built)
+
+
 def test_ask_builds_a_chunk_of_members_at_a_time():
     strategy = STRATEGIES["SNES"]
     state = strategy.init(jax.random.key(0), {"w": jnp.ones((3, 4)), "b": jnp.zeros(2)})

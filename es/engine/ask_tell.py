@@ -17,7 +17,10 @@ rounded to the fitness dtype and what rounding dropped (``es.fitness.from_host``
 and the engine ranks them at full precision. The checks of a (strategy, state
 shapes) pair run once and are remembered, and so are the compiled programs
 (per strategy, settings, state shapes and dtype, compiled ahead of time), so a
-generation costs two calls of compiled code and no tracing.
+generation traces nothing. For a small population (``popsize x params`` up to
+``NEXT_MEMBERS_LIMIT``) ``tell`` also builds the next generation's members in
+the same call, with ``ask``'s own code, and ``ask`` of the state it returned
+hands them back: one call of compiled code per generation, the same bits.
 
 ``ask(..., members=range(start, stop))`` builds only those members, so a loop
 over a large model can hold one chunk at a time. ``es.engine.members.eval_key``
@@ -27,6 +30,7 @@ gives the key ``es.evolve`` would pass a member's fitness.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable
 
 import jax
@@ -60,6 +64,10 @@ def ask(strategy: Strategy, state: State, members: range | None = None, *, eval_
         to the rounding that docs/design.md describes; pass the value you
         give ``es.evolve`` to compare with it bit for bit).
     """
+    if members is None and eval_batch_size is None:
+        built = _LAST_TELL.members_of(strategy, state)
+        if built is not None:
+            return built
     checked = _checked(strategy, state, "ask")
     start, stop = _member_range(strategy, members)
 
@@ -74,6 +82,10 @@ def ask(strategy: Strategy, state: State, members: range | None = None, *, eval_
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _ask_compiled(program, start, stop, pairs, hp, state):
+    return _members(program, start, stop, pairs, hp, state)
+
+
+def _members(program, start, stop, pairs, hp, state):
     noise_aux = program.noise.prepare(Layout.of(state.params))
     return this_generation(program, hp, noise_aux, state).members(jnp.arange(start, stop, dtype=jnp.int32), pairs)
 
@@ -113,23 +125,57 @@ def tell(
             "strategy.init(key, params)."
         )
     given = from_host(_fitness_values(strategy, fitness), "es.tell")
+    # A small population's next members are built by the same call (the program es.ask would run, so the
+    # same bits), and the next es.ask of the returned state hands them back: one compiled call a generation.
+    next_pairs = _pairs(strategy, checked.layout, strategy.popsize, None) if _builds_next(strategy, checked) else None
 
     def make():
         program, hp, mesh, execution = _prepared(strategy, checked.layout, update_batch_size, stop_criteria)
-        return _ahead_of_time(checked, _tell_compiled, (program, mesh, execution), hp, state, given), hp
+        return _ahead_of_time(checked, _tell_compiled, (program, mesh, execution, next_pairs), hp, state, given), hp
 
     compiled, hp = checked.program(("tell", update_batch_size, stop_criteria), make)
-    return compiled(hp, state, given)
+    state, metrics, members = compiled(hp, state, given)
+    _LAST_TELL.remember(strategy, state, members)
+    return state, metrics
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _tell_compiled(program, mesh, execution, hp, state, given):
+NEXT_MEMBERS_LIMIT = 2**20
+"""``es.tell`` also builds the next generation's members when ``popsize x params`` is at most this many
+values (a black-box population; never a large model's, which ``ask`` builds in chunks)."""
+
+
+def _builds_next(strategy: Strategy, checked: _Checked) -> bool:
+    return checked.cached and strategy.popsize * checked.layout.dim <= NEXT_MEMBERS_LIMIT
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _tell_compiled(program, mesh, execution, next_pairs, hp, state, given):
+    """One generation from the given fitnesses: ``(state, metrics, members)``, ``members`` the next
+    generation's (as ``_ask_compiled`` builds them with ``pairs=next_pairs``), or ``None`` for ``next_pairs=None``."""
     def one_generation(hp, state, given):
         return run_generations(program, GivenFitness(given), mesh, execution, 1, hp, state)
 
     state, metrics = jax.shard_map(one_generation, mesh=mesh, in_specs=(P(), P(), P()), out_specs=P(),
                                    check_vma=False)(hp, state, given)
-    return state, jax.tree.map(lambda m: m[0], metrics)
+    members = None if next_pairs is None else _members(program, 0, program.popsize, next_pairs, hp, state)
+    return state, jax.tree.map(lambda m: m[0], metrics), members
+
+
+class _LastTell(threading.local):
+    """The members that this thread's last ``tell`` built for the state it returned (one entry)."""
+
+    strategy = state = members = None
+
+    def remember(self, strategy: Strategy, state: State, members) -> None:
+        self.strategy, self.state, self.members = strategy, state, members
+
+    def members_of(self, strategy: Strategy, state: State):
+        if state is self.state and self.members is not None and strategy == self.strategy:
+            return self.members
+        return None
+
+
+_LAST_TELL = _LastTell()
 
 
 class Loop:
@@ -179,11 +225,9 @@ class Loop:
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def _tell_ask_compiled(program, mesh, execution, hp, state, given):
-    state, metrics = _tell_compiled(program, mesh, execution, hp, state, given)
+    state, metrics, members = _tell_compiled(program, mesh, execution, False, hp, state, given)
     summary = jnp.stack([metrics["best_fitness"], metrics["sigma"].astype(metrics["best_fitness"].dtype),
                          metrics["stop"].astype(metrics["best_fitness"].dtype)])
-    noise_aux = program.noise.prepare(Layout.of(state.params))
-    members = this_generation(program, hp, noise_aux, state).members(jnp.arange(program.popsize, dtype=jnp.int32))
     return state, summary, members
 
 
