@@ -125,12 +125,14 @@ def tell(
             "strategy.init(key, params)."
         )
     given = from_host(_fitness_values(strategy, fitness), "es.tell")
-    # A small population's next members are built by the same call (the program es.ask would run, so the
-    # same bits), and the next es.ask of the returned state hands them back: one compiled call a generation.
-    next_pairs = _pairs(strategy, checked.layout, strategy.popsize, None) if _builds_next(strategy, checked) else None
 
     def make():
         program, hp, mesh, execution = _prepared(strategy, checked.layout, update_batch_size, stop_criteria)
+        # A small population's next members are built by the same call (the program es.ask would run, so the
+        # same bits), and the next es.ask of the returned state hands them back: one compiled call a generation.
+        next_pairs = None
+        if _builds_next(strategy, checked):
+            next_pairs = _pairs(strategy, checked.layout, strategy.popsize, None)
         return _ahead_of_time(checked, _tell_compiled, (program, mesh, execution, next_pairs), hp, state, given), hp
 
     compiled, hp = checked.program(("tell", update_batch_size, stop_criteria), make)
