@@ -98,15 +98,17 @@ class Partition:
         return jnp.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
     def owned_block_sums(self, device: jax.Array, values: jax.Array) -> jax.Array:
-        """float32[S / BLOCK]: ``block_square_sums`` of the blocks device ``device`` owns, from its slice ``values``.
+        """float32[..., S / BLOCK]: ``block_square_sums`` of the blocks device ``device`` owns, from its slice
+        ``values`` (``[..., S]``: leading axes are vectors summed alike, in one program part).
 
         Needs ``align == BLOCK``. Block ``k`` of the result is global block ``device * S / BLOCK + k``;
         blocks past ``D``, or of a device that owns nothing, are 0. Gathered
         (tiled) over the devices, the first ``ceil(D / BLOCK)`` entries are
         ``block_square_sums`` of the whole vector.
         """
-        padded = jnp.concatenate([values.astype(jnp.float32), jnp.zeros((self.size,), jnp.float32)])
-        owned = jax.lax.dynamic_slice(padded, (device * self.size - self.start(device),), (self.size,))
+        values = values.astype(jnp.float32)
+        padded = jnp.concatenate([values, jnp.zeros(values.shape, jnp.float32)], axis=-1)
+        owned = jax.lax.dynamic_slice_in_dim(padded, device * self.size - self.start(device), self.size, axis=-1)
         return block_square_sums(owned)
 
 
@@ -144,7 +146,8 @@ def apart(fn: Callable, *args):
 
 
 def block_square_sums(values: jax.Array) -> jax.Array:
-    """float32[ceil(len / BLOCK)]: the pairwise sum of squares of each block (the last padded with zeros).
+    """float32[..., ceil(len / BLOCK)]: the pairwise sum of squares of each block of the last axis (the last
+    block padded with zeros); leading axes are vectors summed alike (one ``apart`` for all of them).
 
     The squares are computed ``apart``, so that no program fuses one into the first addition. A vector of
     one block is padded only to the next power of two: halving a block whose second half is zeros adds
@@ -152,11 +155,12 @@ def block_square_sums(values: jax.Array) -> jax.Array:
     fewer operations to compile.
     """
     values = values.astype(jnp.float32)
-    blocks = num_blocks(values.shape[0])
-    width = BLOCK if blocks > 1 else 1 << (values.shape[0] - 1).bit_length()
-    padded = jnp.pad(values, (0, blocks * width - values.shape[0]))
+    length = values.shape[-1]
+    blocks = num_blocks(length)
+    width = BLOCK if blocks > 1 else 1 << (length - 1).bit_length()
+    padded = jnp.pad(values, [(0, 0)] * (values.ndim - 1) + [(0, blocks * width - length)])
     squares = apart(lambda x: x * x, padded)
-    return halve(squares.reshape(blocks, width))
+    return halve(squares.reshape(*values.shape[:-1], blocks, width))
 
 
 def norm_from_block_sums(block_sums: jax.Array, dim: int) -> jax.Array:
@@ -168,8 +172,8 @@ def norm_from_block_sums(block_sums: jax.Array, dim: int) -> jax.Array:
 
 def all_finite(tree) -> jax.Array:
     """Whether every float in ``tree`` is finite: a scalar bool (the check that keeps a NaN/inf out of a state)."""
-    floats = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats])) if floats else jnp.bool_(True)
+    floats = [jnp.ravel(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.concatenate(floats)) if floats else jnp.bool_(True)  # one reduction: cheaper to compile
 
 
 def norm(tree) -> jax.Array:

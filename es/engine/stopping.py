@@ -134,10 +134,9 @@ def _pushed(buffer: jax.Array, new, when) -> jax.Array:
 def record(history: History, maximize: bool, values, residual, ranked, valid) -> History:
     """``history`` with this generation added (unchanged when no member is valid)."""
     sign = 1.0 if maximize else -1.0
-    better = jnp.where(valid, sign * ranked, -jnp.inf)
-    index = jnp.argmax(better)
+    index = jnp.argmax(jnp.where(valid, ranked if maximize else -ranked, -jnp.inf))  # as track_best: one argmax
     best, best_residual = sign * values[index], sign * (0.0 if residual is None else residual[index])
-    median = sign * jnp.nanmedian(jnp.where(valid, values, jnp.nan))
+    median = sign * medians(values[None], valid[None])[0]
     any_valid = jnp.any(valid)
     count = history.count + any_valid.astype(jnp.int32)
     sparse = any_valid & (count % SPARSE_EVERY == 0)
@@ -160,7 +159,8 @@ def _recent_range(history: History, window: int) -> jax.Array:
     best, residual = history.best[:window], history.best_residual[:window]
     inside = jnp.arange(best.shape[0]) < history.count
     relative = (best - best[0]) + (residual - residual[0])
-    return jnp.max(jnp.where(inside, relative, -jnp.inf)) - jnp.min(jnp.where(inside, relative, jnp.inf))
+    largest, smallest = extremes(relative, inside)
+    return largest - smallest
 
 
 def _stagnated(history: History, dim: int, popsize: int, period: int) -> jax.Array:
@@ -173,17 +173,36 @@ def _stagnated(history: History, dim: int, popsize: int, period: int) -> jax.Arr
     ready = ((history.count > dim * (5 + 100 / popsize)) & (history.since_record > period / 2) & (entries > 100)
              & (2 * length < entries))
 
-    def medians(_):
+    def window_medians(_):
         index = jnp.arange(MAX_SPARSE)
         newest, before = index < length, (index >= length) & (index < 2 * length)
-        return [jnp.nanmedian(jnp.where(part, buffer, jnp.nan))
-                for buffer in (history.sparse_best, history.sparse_median) for part in (newest, before)]
+        buffers = jnp.stack([history.sparse_best, history.sparse_best, history.sparse_median, history.sparse_median])
+        return tuple(medians(buffers, jnp.stack([newest, before, newest, before])))
 
     def none(_):
-        return [jnp.zeros((), history.sparse_best.dtype)] * 4
+        return (jnp.zeros((), history.sparse_best.dtype),) * 4
 
-    newest_best, before_best, newest_median, before_median = jax.lax.cond(ready, medians, none, None)
+    newest_best, before_best, newest_median, before_median = jax.lax.cond(ready, window_medians, none, None)
     return ready & (newest_best <= before_best) & (newest_median <= before_median)
+
+
+def medians(values: jax.Array, valid: jax.Array) -> jax.Array:
+    """float[rows]: the median of each row's ``valid`` entries of ``values`` (``[rows, n]``), NaN where none is
+    valid: numpy's median (the mean of the two middle values), from one sort of all the rows."""
+    count = jnp.sum(valid, axis=-1, dtype=jnp.int32)
+    ordered = jnp.sort(jnp.where(valid, values, jnp.inf), axis=-1)  # the valid values first
+    position = jnp.arange(values.shape[-1], dtype=jnp.int32)
+    middle = jnp.stack([jnp.maximum(count - 1, 0) // 2, count // 2], axis=-1)  # [rows, 2]
+    # ordered[row, middle[row]] by a masked max: a gather costs far more to compile
+    low, high = jnp.moveaxis(jnp.max(jnp.where(position == middle[..., None], ordered[:, None], -jnp.inf), axis=-1),
+                             -1, 0)
+    return jnp.where(count > 0, (low + high) / 2, jnp.nan)
+
+
+def extremes(values: jax.Array, where: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(max, min)`` of ``values[where]`` (``-inf, inf`` if none), in one reduction (cheaper to compile)."""
+    both = jnp.max(jnp.where(where, jnp.stack([values, -values]), -jnp.inf), axis=-1)
+    return both[0], -both[1]
 
 
 def coordinate_scale(scale: jax.Array) -> jax.Array:
@@ -206,7 +225,8 @@ def state_conditions(strategy, hp, state, criteria: StopCriteria) -> dict[str, j
     history = state.stop_history
     last = history.last
     valid = jnp.isfinite(last)
-    spread_ = jnp.max(jnp.where(valid, last, -jnp.inf)) - jnp.min(jnp.where(valid, last, jnp.inf))
+    largest, smallest = extremes(last, valid)
+    spread_ = largest - smallest
     return conditions(strategy, hp, state.strategy_state, mean, scale, history, state.generation, spread_, criteria)
 
 

@@ -166,15 +166,15 @@ def apply(strategy: Strategy, hp, part: Partition, axis, members: Generation, st
 
     # Finite everywhere, on every device (each checks its part): the update is kept or dropped as a whole.
     finite = partition.all_finite((new_mean, step.state))
-    vectors = [step.direction, step.change, new_mean, old_mean]
+    vectors = jnp.stack([v.astype(jnp.float32) for v in (step.direction, step.change, new_mean, old_mean)])
     if split_run:
-        block_sums = [part.owned_block_sums(device, v) for v in vectors]
-        gathered = jax.lax.all_gather(jnp.concatenate([*block_sums, finite[None].astype(jnp.float32)]), axis)
+        owned = part.owned_block_sums(device, vectors).reshape(-1)
+        gathered = jax.lax.all_gather(jnp.concatenate([owned, finite[None].astype(jnp.float32)]), axis)
         finite = jnp.all(gathered[:, -1] > 0)
         width = part.blocks_per_slice
         block_sums = [gathered[:, k * width:(k + 1) * width].reshape(-1) for k in range(NORM_VECTORS)]
     else:
-        block_sums = [partition.block_square_sums(v) for v in vectors]
+        block_sums = list(partition.block_square_sums(vectors))
     direction, change, new_norm, old_norm = (partition.norm_from_block_sums(b, dim) for b in block_sums)
     keep = jnp.logical_and(jnp.any(valid), finite)
     new_mean, new_view = jax.tree.map(lambda a, b: jnp.where(keep, a, b), (new_mean, step.state), (old_mean, view))

@@ -93,11 +93,20 @@ def shape_fitness(
 
 
 def _tie_groups(better: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """For each member, ``[below, at_or_below)``: its tie group's ascending sorted positions (searched by
-    sorting, not by the default loop of binary-search steps, which costs more than the sort on CPU)."""
-    ordered = jnp.sort(better)
-    return (jnp.searchsorted(ordered, better, side="left", method="sort"),
-            jnp.searchsorted(ordered, better, side="right", method="sort"))
+    """For each member, ``[below, at_or_below)``: its tie group's ascending sorted positions (int32[n] each).
+
+    One sort: in ascending order, a group starts where a value differs from the one before and ends where it
+    differs from the one after; each member gets its group's bounds through the sorting permutation.
+    """
+    n = better.shape[0]
+    order = jnp.argsort(better)
+    ordered = better[order]
+    position = jnp.arange(n, dtype=jnp.int32)
+    differs = ordered[1:] != ordered[:-1]
+    first = jax.lax.cummax(jnp.where(jnp.concatenate([jnp.array([True]), differs]), position, 0))
+    end = jax.lax.cummin(jnp.where(jnp.concatenate([differs, jnp.array([True])]), position + 1, n), reverse=True)
+    unsorted = jnp.zeros((2, n), jnp.int32).at[:, order].set(jnp.stack([first, end]))
+    return unsorted[0], unsorted[1]
 
 
 def rank_weights(fitness: jax.Array, by_rank: jax.Array, maximize: bool) -> jax.Array:
