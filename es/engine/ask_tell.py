@@ -117,7 +117,7 @@ def tell(
       (scalars; the names of ``es.METRIC_NAMES``; ``"stop"`` says which
       stopping conditions hold, ``es.stop_reasons`` in words).
     """
-    checked = _checked(strategy, state, "tell")
+    checked = _LAST_TELL.checked_for(strategy, state) or _checked(strategy, state, "tell")
     if state.fitness_state is not None:
         raise ValueError(
             "es.tell: state.fitness_state is not None (the state was made for a StatefulFitness), but tell "
@@ -136,9 +136,10 @@ def tell(
         return _ahead_of_time(checked, _tell_compiled, (program, mesh, execution, next_pairs), hp, state, given), hp
 
     compiled, hp = checked.program(("tell", update_batch_size, stop_criteria), make)
-    state, metrics, members = compiled(hp, state, given)
-    _LAST_TELL.remember(strategy, state, members)
-    return state, metrics
+    new_state, metrics, members = compiled(hp, state, given)
+    new_state = new_state._replace(key=state.key)  # the run's key, unchanged (not an output: one buffer less)
+    _LAST_TELL.remember(strategy, new_state, members, checked)
+    return new_state, metrics
 
 
 NEXT_MEMBERS_LIMIT = 2**20
@@ -153,28 +154,35 @@ def _builds_next(strategy: Strategy, checked: _Checked) -> bool:
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _tell_compiled(program, mesh, execution, next_pairs, hp, state, given):
     """One generation from the given fitnesses: ``(state, metrics, members)``, ``members`` the next
-    generation's (as ``_ask_compiled`` builds them with ``pairs=next_pairs``), or ``None`` for ``next_pairs=None``."""
+    generation's (as ``_ask_compiled`` builds them with ``pairs=next_pairs``), or ``None`` for ``next_pairs=None``.
+    The returned state's ``key`` is ``None``: a generation never changes it, and the caller puts back its own
+    (an output buffer and a key array less per call)."""
     def one_generation(hp, state, given):
         return run_generations(program, GivenFitness(given), mesh, execution, 1, hp, state)
 
     state, metrics = jax.shard_map(one_generation, mesh=mesh, in_specs=(P(), P(), P()), out_specs=P(),
                                    check_vma=False)(hp, state, given)
     members = None if next_pairs is None else _members(program, 0, program.popsize, next_pairs, hp, state)
-    return state, jax.tree.map(lambda m: m[0], metrics), members
+    return state._replace(key=None), jax.tree.map(lambda m: m[0], metrics), members
 
 
 class _LastTell(threading.local):
-    """The members that this thread's last ``tell`` built for the state it returned (one entry)."""
+    """What this thread's last ``tell`` knows of the state it returned (one entry): the next members it built,
+    and the checks its (strategy, state signature) passed (the same for the state it returned)."""
 
-    strategy = state = members = None
+    strategy = state = members = checked = None
 
-    def remember(self, strategy: Strategy, state: State, members) -> None:
-        self.strategy, self.state, self.members = strategy, state, members
+    def remember(self, strategy: Strategy, state: State, members, checked: _Checked) -> None:
+        self.strategy, self.state, self.members, self.checked = strategy, state, members, checked
+
+    def _is_last(self, strategy: Strategy, state: State) -> bool:
+        return state is self.state and (strategy is self.strategy or strategy == self.strategy)
 
     def members_of(self, strategy: Strategy, state: State):
-        if state is self.state and self.members is not None and strategy == self.strategy:
-            return self.members
-        return None
+        return self.members if self.members is not None and self._is_last(strategy, state) else None
+
+    def checked_for(self, strategy: Strategy, state: State) -> _Checked | None:
+        return self.checked if self.checked is not None and self._is_last(strategy, state) else None
 
 
 _LAST_TELL = _LastTell()
@@ -204,10 +212,11 @@ class Loop:
     def step(self, fitness: np.ndarray):
         given = from_host(fitness, "es.tell")
         if self.compiled is not None:
-            self.state, summary, members = self.compiled[1](self.hp, self.state, given)
+            state, summary, members = self.compiled[1](self.hp, self.state, given)
         else:
-            self.state, summary, members = _tell_ask_compiled(self.program, self.mesh, self.execution, self.hp,
-                                                               self.state, given)
+            state, summary, members = _tell_ask_compiled(self.program, self.mesh, self.execution, self.hp,
+                                                          self.state, given)
+        self.state = state._replace(key=self.state.key)
         best, sigma, stop = np.asarray(summary).tolist()
         return (best, sigma, int(stop)), members
 

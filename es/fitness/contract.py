@@ -14,6 +14,8 @@ Fitnesses cross into the engine as ``Fitnesses(value, residual)``: ``value`` in 
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import jax
@@ -47,6 +49,11 @@ def fitness_dtype() -> np.dtype:
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
+@functools.lru_cache(maxsize=None)
+def _largest(dtype: np.dtype) -> float:
+    return float(np.finfo(dtype).max)
+
+
 def from_host(values, where: str, dtype=None) -> Fitnesses:
     """Host values (any real array) as ``Fitnesses``: rounded to ``dtype`` (default: the fitness dtype of this
     thread), and the residual in it.
@@ -57,17 +64,19 @@ def from_host(values, where: str, dtype=None) -> Fitnesses:
     dtype = np.dtype(fitness_dtype() if dtype is None else dtype)
     if dtype == _FLOAT64:  # nothing to round (a copy: the caller may reuse its array)
         return Fitnesses(exact.copy(), np.zeros_like(exact))
-    big = np.isfinite(exact) & (np.abs(exact) > np.finfo(dtype).max)
-    if np.any(big):
+    largest = _largest(dtype)
+    finite = np.isfinite(exact)
+    big = finite & (np.abs(exact) > largest)
+    if big.any():
         i = int(np.flatnonzero(big)[0])
         raise ValueError(
-            f"{where}: fitness[{i}] = {float(exact[i])!r} is beyond {dtype.name}'s range (+-{np.finfo(dtype).max:.3g}), "
+            f"{where}: fitness[{i}] = {float(exact[i])!r} is beyond {dtype.name}'s range (+-{largest:.3g}), "
             "where it would become inf and rank as an invalid member; rescale the objective (e.g. a log), "
             "return inf or NaN on purpose to mark the member invalid, or enable jax_enable_x64 for float64."
         )
     value = exact.astype(dtype)
     with np.errstate(invalid="ignore"):
-        residual = np.where(np.isfinite(exact), exact - value.astype(np.float64), 0.0).astype(dtype)
+        residual = np.where(finite, exact - value, 0.0).astype(dtype)
     return Fitnesses(value, residual)
 
 
