@@ -119,6 +119,16 @@ def test_slices_cover_every_coordinate_once_in_order(align):
             np.testing.assert_array_equal(part.assemble(gathered), np.arange(dim))
 
 
+def test_block_sums_of_stacked_vectors_are_each_vectors_own_bits():
+    """The update sums its four norms' blocks in one program part: each row has the bits it has alone."""
+    for dim in (10, 3 * es.engine.partition.BLOCK + 7):
+        rows = jax.random.normal(jax.random.key(dim), (4, dim)) * 3.0
+        together = jax.jit(es.engine.partition.block_square_sums)(rows)
+        for row, sums in zip(rows, together):
+            alone = jax.jit(es.engine.partition.block_square_sums)(row)
+            assert np.asarray(sums).tobytes() == np.asarray(alone).tobytes(), dim
+
+
 def test_norm_summed_by_owned_blocks_on_any_mesh_is_the_norm_of_the_whole():
     """What a device with a coordinatewise update sums (the blocks it owns), gathered: the bits of one device."""
     dim = 70_001

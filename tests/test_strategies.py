@@ -123,6 +123,26 @@ def test_tell_builds_the_next_members_with_the_bits_of_ask(name):
     chex.assert_trees_all_equal(fresh, built)
 
 
+def test_tell_returns_the_runs_key_itself_and_checks_a_state_it_returned_only_once(monkeypatch):
+    """The key never changes in a generation: tell hands back the caller's key array, not a copy of it from
+    the program; and the state tell returned passed the checks already (the first tell alone checks)."""
+    strategy = STRATEGIES["SNES"]
+    state = strategy.init(jax.random.key(0), jnp.zeros(6))
+    population = es.ask(strategy, state)
+    state, _ = es.tell(strategy, state, np.sum(np.square(population), axis=1))
+    key = state.key
+    checks = []
+    checked = es.engine.ask_tell._checked
+    monkeypatch.setattr(es.engine.ask_tell, "_checked", lambda *args: checks.append(args) or checked(*args))
+    for _ in range(3):
+        population = es.ask(strategy, state)
+        state, _ = es.tell(strategy, state, np.sum(np.square(population), axis=1))
+        assert state.key is key
+    assert checks == []
+    es.tell(strategy, jax.tree.map(lambda x: x, state), np.zeros(strategy.popsize))  # another State object
+    assert len(checks) == 1
+
+
 def test_ask_builds_a_chunk_of_members_at_a_time():
     strategy = STRATEGIES["SNES"]
     state = strategy.init(jax.random.key(0), {"w": jnp.ones((3, 4)), "b": jnp.zeros(2)})
