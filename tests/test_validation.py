@@ -106,6 +106,14 @@ def test_fitness_fn_not_callable(state):
         es.evolve(es.OpenES(popsize=8, sigma=0.1), 3.0, state, 1)
 
 
+def test_a_fitness_fn_that_cannot_take_params_and_key_is_refused_naming_the_signature(state):
+    def sphere(x):
+        return -jnp.sum(x**2)
+
+    with raises(TypeError, "fitness_fn sphere(x)", "must take (params, key)", "def sphere(params, key)"):
+        es.evolve(es.OpenES(popsize=8, sigma=0.1), sphere, state, 1)
+
+
 def test_more_devices_than_exist():
     with raises(ValueError, "num_devices=9", "only 8", "xla_force_host_platform_device_count", "jax_num_cpu_devices"):
         es.make_mesh(9)

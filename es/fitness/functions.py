@@ -19,6 +19,8 @@ fitnesses come from their parameters alone.
 
 from __future__ import annotations
 
+import inspect
+
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -257,6 +259,23 @@ class GivenFitness:
         return self.fitness.update_state(fitness_state, stats)
 
 
+def check_takes_params_and_key(fn: Callable) -> None:
+    """Raise ``TypeError`` naming the fix when ``fn``'s signature cannot take ``(params, key)`` (a callable
+    whose signature Python cannot read is left to the call)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise TypeError(
+            f"fitness_fn {name}{signature} must take (params, key): one member's params and a PRNG key; "
+            f"a fitness that needs no key can ignore it, e.g. def {name}(params, key): ..."
+        ) from None
+
+
 def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):
     """Trace ``fn`` on abstract inputs and raise ``TypeError`` unless it gives a real scalar."""
     if isinstance(fn, StatefulFitness):
@@ -269,6 +288,7 @@ def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_s
         out = out[0]
         where = "StatefulFitness.evaluate(params, key, fitness_state)[0]"
     else:
+        check_takes_params_and_key(fn)
         out = jax.eval_shape(fn, params, key)
         where = "fitness_fn(params, key)"
     if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != ():
