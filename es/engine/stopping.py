@@ -193,14 +193,14 @@ def medians(values: jax.Array, valid: jax.Array) -> jax.Array:
     ordered = jnp.sort(jnp.where(valid, values, jnp.inf), axis=-1)  # the valid values first
     position = jnp.arange(values.shape[-1], dtype=jnp.int32)
     middle = jnp.stack([jnp.maximum(count - 1, 0) // 2, count // 2], axis=-1)  # [rows, 2]
-    # ordered[row, middle[row]] by a masked max: a gather costs far more to compile
+    # ordered[row, middle[row]] by a masked max (no gather)
     low, high = jnp.moveaxis(jnp.max(jnp.where(position == middle[..., None], ordered[:, None], -jnp.inf), axis=-1),
                              -1, 0)
     return jnp.where(count > 0, (low + high) / 2, jnp.nan)
 
 
 def extremes(values: jax.Array, where: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(max, min)`` of ``values[where]`` (``-inf, inf`` if none), in one reduction (cheaper to compile)."""
+    """``(max, min)`` of ``values[where]`` (``-inf, inf`` if none), in one reduction."""
     both = jnp.max(jnp.where(where, jnp.stack([values, -values]), -jnp.inf), axis=-1)
     return both[0], -both[1]
 

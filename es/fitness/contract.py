@@ -15,7 +15,6 @@ Fitnesses cross into the engine as ``Fitnesses(value, residual)``: ``value`` in 
 from __future__ import annotations
 
 import functools
-
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import jax
