@@ -172,8 +172,8 @@ def norm_from_block_sums(block_sums: jax.Array, dim: int) -> jax.Array:
 
 def all_finite(tree) -> jax.Array:
     """Whether every float in ``tree`` is finite: a scalar bool (the check that keeps a NaN/inf out of a state)."""
-    floats = [jnp.ravel(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.all(jnp.concatenate(floats)) if floats else jnp.bool_(True)  # one reduction for all leaves
+    floats = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats])) if floats else jnp.bool_(True)
 
 
 def norm(tree) -> jax.Array:

@@ -134,7 +134,8 @@ def _pushed(buffer: jax.Array, new, when) -> jax.Array:
 def record(history: History, maximize: bool, values, residual, ranked, valid) -> History:
     """``history`` with this generation added (unchanged when no member is valid)."""
     sign = 1.0 if maximize else -1.0
-    index = jnp.argmax(jnp.where(valid, ranked if maximize else -ranked, -jnp.inf))  # as track_best: one argmax
+    better = jnp.where(valid, sign * ranked, -jnp.inf)
+    index = jnp.argmax(better)
     best, best_residual = sign * values[index], sign * (0.0 if residual is None else residual[index])
     median = sign * medians(values[None], valid[None])[0]
     any_valid = jnp.any(valid)
@@ -159,8 +160,7 @@ def _recent_range(history: History, window: int) -> jax.Array:
     best, residual = history.best[:window], history.best_residual[:window]
     inside = jnp.arange(best.shape[0]) < history.count
     relative = (best - best[0]) + (residual - residual[0])
-    largest, smallest = extremes(relative, inside)
-    return largest - smallest
+    return jnp.max(jnp.where(inside, relative, -jnp.inf)) - jnp.min(jnp.where(inside, relative, jnp.inf))
 
 
 def _stagnated(history: History, dim: int, popsize: int, period: int) -> jax.Array:
@@ -191,18 +191,9 @@ def medians(values: jax.Array, valid: jax.Array) -> jax.Array:
     valid: numpy's median (the mean of the two middle values), from one sort of all the rows."""
     count = jnp.sum(valid, axis=-1, dtype=jnp.int32)
     ordered = jnp.sort(jnp.where(valid, values, jnp.inf), axis=-1)  # the valid values first
-    position = jnp.arange(values.shape[-1], dtype=jnp.int32)
     middle = jnp.stack([jnp.maximum(count - 1, 0) // 2, count // 2], axis=-1)  # [rows, 2]
-    # ordered[row, middle[row]] by a masked max (no gather)
-    low, high = jnp.moveaxis(jnp.max(jnp.where(position == middle[..., None], ordered[:, None], -jnp.inf), axis=-1),
-                             -1, 0)
+    low, high = jnp.moveaxis(jnp.take_along_axis(ordered, middle, axis=-1), -1, 0)
     return jnp.where(count > 0, (low + high) / 2, jnp.nan)
-
-
-def extremes(values: jax.Array, where: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(max, min)`` of ``values[where]`` (``-inf, inf`` if none), in one reduction."""
-    both = jnp.max(jnp.where(where, jnp.stack([values, -values]), -jnp.inf), axis=-1)
-    return both[0], -both[1]
 
 
 def coordinate_scale(scale: jax.Array) -> jax.Array:
@@ -225,8 +216,7 @@ def state_conditions(strategy, hp, state, criteria: StopCriteria) -> dict[str, j
     history = state.stop_history
     last = history.last
     valid = jnp.isfinite(last)
-    largest, smallest = extremes(last, valid)
-    spread_ = largest - smallest
+    spread_ = jnp.max(jnp.where(valid, last, -jnp.inf)) - jnp.min(jnp.where(valid, last, jnp.inf))
     return conditions(strategy, hp, state.strategy_state, mean, scale, history, state.generation, spread_, criteria)
 
 
