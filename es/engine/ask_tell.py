@@ -136,8 +136,7 @@ def tell(
         return _ahead_of_time(checked, _tell_compiled, (program, mesh, execution, next_pairs), hp, state, given), hp
 
     compiled, hp = checked.program(("tell", update_batch_size, stop_criteria), make)
-    new_state, metrics, members = compiled(hp, state, given)
-    new_state = new_state._replace(key=state.key)  # the run's key, unchanged (not an output: one buffer less)
+    new_state, metrics, members = _keyed(compiled(hp, state, given), state.key)
     _LAST_TELL.remember(strategy, new_state, members, checked)
     return new_state, metrics
 
@@ -164,6 +163,13 @@ def _tell_compiled(program, mesh, execution, next_pairs, hp, state, given):
                                    check_vma=False)(hp, state, given)
     members = None if next_pairs is None else _members(program, 0, program.popsize, next_pairs, hp, state)
     return state._replace(key=None), jax.tree.map(lambda m: m[0], metrics), members
+
+
+def _keyed(outputs: tuple, key: jax.Array) -> tuple:
+    """A tell program's ``(state, ...)`` with the run's ``key`` put back in the state (the program returns
+    none: a generation never changes it)."""
+    state, *rest = outputs
+    return (state._replace(key=key), *rest)
 
 
 class _LastTell(threading.local):
@@ -211,12 +217,9 @@ class Loop:
 
     def step(self, fitness: np.ndarray):
         given = from_host(fitness, "es.tell")
-        if self.compiled is not None:
-            state, summary, members = self.compiled[1](self.hp, self.state, given)
-        else:
-            state, summary, members = _tell_ask_compiled(self.program, self.mesh, self.execution, self.hp,
-                                                          self.state, given)
-        self.state = state._replace(key=self.state.key)
+        program = self.compiled[1] if self.compiled is not None else functools.partial(
+            _tell_ask_compiled, self.program, self.mesh, self.execution)
+        self.state, summary, members = _keyed(program(self.hp, self.state, given), self.state.key)
         best, sigma, stop = np.asarray(summary).tolist()
         return (best, sigma, int(stop)), members
 

@@ -1,0 +1,27 @@
+"""The compile-time benchmark: a child process times each program from the checkout it is given; bad
+arguments are refused naming the option."""
+
+import os
+
+import pytest
+
+from experiments.bench import compile_time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_a_child_times_every_program_from_its_checkout():
+    times = compile_time.child(ROOT, 0)
+    assert list(times) == list(compile_time.programs())
+    assert all(0 < seconds < 300 for seconds in times.values()), times
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--rounds", "0"], "--rounds 0"),
+    (["--compare", os.path.dirname(ROOT)], "not a checkout"),
+])
+def test_bad_arguments_are_refused_naming_the_option(argv, fragment, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        compile_time.main(argv)
+    assert exit_.value.code == 2
+    assert fragment in capsys.readouterr().err
