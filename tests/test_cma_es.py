@@ -193,3 +193,19 @@ def test_stopping_medians_are_numpys_median_of_the_valid_entries():
     got = np.asarray(jax.jit(es.stopping.medians)(values, valid))
     expected = [np.median(v[m]) if m.any() else np.nan for v, m in zip(values, valid)]
     np.testing.assert_array_equal(got, np.asarray(expected, np.float32))
+
+
+def test_stagnation_window_medians_are_numpys_medians_of_the_two_windows():
+    """The newest ``l`` sparse entries and the ``l`` before them, for odd and even ``l``, with ties."""
+    rng = np.random.default_rng(1)
+    history = es.stopping.initial_history(5, 10, np.float32)
+    n = es.stopping.MAX_SPARSE
+    best, median = rng.normal(size=n).astype(np.float32), rng.integers(0, 5, size=n).astype(np.float32)
+    history = history._replace(sparse_best=jnp.asarray(best), sparse_median=jnp.asarray(median))
+    windows = jax.jit(es.stopping.window_medians)
+    for length in (11, 12, 400, n // 2):
+        got = [float(m) for m in windows(history, jnp.int32(length))]
+        newest, before = slice(0, length), slice(length, 2 * length)
+        expected = [np.median(best[newest]), np.median(best[before]), np.median(median[newest]),
+                    np.median(median[before])]
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(expected, np.float32))

@@ -173,17 +173,29 @@ def _stagnated(history: History, dim: int, popsize: int, period: int) -> jax.Arr
     ready = ((history.count > dim * (5 + 100 / popsize)) & (history.since_record > period / 2) & (entries > 100)
              & (2 * length < entries))
 
-    def window_medians(_):
-        index = jnp.arange(MAX_SPARSE)
-        newest, before = index < length, (index >= length) & (index < 2 * length)
-        buffers = jnp.stack([history.sparse_best, history.sparse_best, history.sparse_median, history.sparse_median])
-        return tuple(medians(buffers, jnp.stack([newest, before, newest, before])))
-
     def none(_):
         return (jnp.zeros((), history.sparse_best.dtype),) * 4
 
-    newest_best, before_best, newest_median, before_median = jax.lax.cond(ready, window_medians, none, None)
+    newest_best, before_best, newest_median, before_median = jax.lax.cond(
+        ready, lambda _: window_medians(history, length), none, None)
     return ready & (newest_best <= before_best) & (newest_median <= before_median)
+
+
+def window_medians(history: History, length: jax.Array) -> tuple[jax.Array, ...]:
+    """The medians (numpy's) of the sparse best and median fitness over the newest ``length`` entries and the
+    ``length`` before them: ``(newest best, before best, newest median, before median)``. Every entry of both
+    windows must be recorded (``2 length <= n``)."""
+    # One sort of each buffer by (window, value) puts the newest window's values in order at [0, length) and
+    # the one before's at [length, 2 length); each median is the mean of its window's two middle entries.
+    index = jnp.arange(MAX_SPARSE, dtype=jnp.int32)
+    window = jnp.where(index < length, 0, jnp.where(index < 2 * length, 1, 2))
+    low, high = (length - 1) // 2, length // 2
+
+    def window_pair(buffer):
+        ordered = jax.lax.sort((window, buffer), num_keys=2)[1]
+        return tuple((ordered[start + low] + ordered[start + high]) / 2 for start in (0, length))
+
+    return (*window_pair(history.sparse_best), *window_pair(history.sparse_median))
 
 
 def medians(values: jax.Array, valid: jax.Array) -> jax.Array:
