@@ -173,10 +173,11 @@ def fitness_metrics(fitness: jax.Array, valid: jax.Array) -> dict[str, jax.Array
     var = jnp.sum(jnp.where(valid, (fitness - mean) ** 2, 0.0)) / safe_count
     any_valid = count > 0
     nan = jnp.asarray(jnp.nan, fitness.dtype)
+    largest, smallest = stopping.extremes(fitness, valid)
     return {
         "fitness_mean": jnp.where(any_valid, mean, nan),
         "fitness_std": jnp.where(any_valid, jnp.sqrt(var), nan),
-        "fitness_max": jnp.where(any_valid, jnp.max(jnp.where(valid, fitness, -jnp.inf)), nan),
-        "fitness_min": jnp.where(any_valid, jnp.min(jnp.where(valid, fitness, jnp.inf)), nan),
+        "fitness_max": jnp.where(any_valid, largest, nan),
+        "fitness_min": jnp.where(any_valid, smallest, nan),
         "num_invalid": (fitness.shape[0] - count).astype(jnp.int32),
     }

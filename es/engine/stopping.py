@@ -134,8 +134,7 @@ def _pushed(buffer: jax.Array, new, when) -> jax.Array:
 def record(history: History, maximize: bool, values, residual, ranked, valid) -> History:
     """``history`` with this generation added (unchanged when no member is valid)."""
     sign = 1.0 if maximize else -1.0
-    better = jnp.where(valid, sign * ranked, -jnp.inf)
-    index = jnp.argmax(better)
+    index = jnp.argmax(jnp.where(valid, ranked if maximize else -ranked, -jnp.inf))  # as in update.track_best
     best, best_residual = sign * values[index], sign * (0.0 if residual is None else residual[index])
     median = sign * medians(values[None], valid[None])[0]
     any_valid = jnp.any(valid)
@@ -160,7 +159,8 @@ def _recent_range(history: History, window: int) -> jax.Array:
     best, residual = history.best[:window], history.best_residual[:window]
     inside = jnp.arange(best.shape[0]) < history.count
     relative = (best - best[0]) + (residual - residual[0])
-    return jnp.max(jnp.where(inside, relative, -jnp.inf)) - jnp.min(jnp.where(inside, relative, jnp.inf))
+    largest, smallest = extremes(relative, inside)
+    return largest - smallest
 
 
 def _stagnated(history: History, dim: int, popsize: int, period: int) -> jax.Array:
@@ -211,6 +211,11 @@ def medians(values: jax.Array, valid: jax.Array) -> jax.Array:
     return jnp.where(count > 0, (low + high) / 2, jnp.nan)
 
 
+def extremes(values: jax.Array, where: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(max, min)`` of ``values[where]`` (``-inf, inf`` where none is selected)."""
+    return jnp.max(jnp.where(where, values, -jnp.inf)), jnp.min(jnp.where(where, values, jnp.inf))
+
+
 def coordinate_scale(scale: jax.Array) -> jax.Array:
     """Each coordinate's standard deviation from a strategy's ``scale``: itself, or a matrix's row norms."""
     if jnp.ndim(scale) == 2:
@@ -231,7 +236,8 @@ def state_conditions(strategy, hp, state, criteria: StopCriteria) -> dict[str, j
     history = state.stop_history
     last = history.last
     valid = jnp.isfinite(last)
-    spread_ = jnp.max(jnp.where(valid, last, -jnp.inf)) - jnp.min(jnp.where(valid, last, jnp.inf))
+    largest, smallest = extremes(last, valid)
+    spread_ = largest - smallest
     return conditions(strategy, hp, state.strategy_state, mean, scale, history, state.generation, spread_, criteria)
 
 
