@@ -3,6 +3,7 @@ result and its history, and clear errors before anything runs."""
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -30,6 +31,19 @@ def test_a_python_callable_is_minimised_to_the_target_in_float64_within_the_budg
     assert result.x.dtype == np.float64 and result.nfev == len(calls) <= 4000
     assert len(result.history["fun"]) == result.nit and np.all(np.diff(result.history["fun"]) <= 0)
     assert result.history["nfev"][-1] == result.nfev
+
+
+def test_a_python_callables_run_compiles_its_generation_program_once():
+    # The first state (from strategy.init) and the states the program returns are placed differently; a jitted
+    # call would compile the program a second time for the latter.
+    compiled, listening = [], [True]
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, fun_name="", **kwargs: compiled.append(fun_name)
+        if listening[0] and event == "/jax/core/compile/backend_compile_duration" else None)
+    result = es.minimize(shifted_sphere, np.zeros(7), 0.5, max_evals=300)  # a popsize (9) no other test compiles
+    listening[0] = False
+    assert result.nit >= 3
+    assert sum("tell" in name for name in compiled) == 1, compiled
 
 
 def test_a_jax_function_runs_compiled_and_stops_by_itself():

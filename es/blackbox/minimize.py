@@ -297,9 +297,13 @@ class _Programs:
             _COMPILED[key] = self.pool.submit(ask_tell.Loop.compile, strategy, self.x0)
 
     def get(self, strategy: Strategy):
-        """The compiled programs if a prefetch made them (waiting for it), else ``None`` (JAX compiles them)."""
-        future = _COMPILED.get(self.key(strategy))
-        return None if future is None else future.result()
+        """The compiled programs: a prefetch's (waiting for it), else compiled now on this thread (kept)."""
+        key = self.key(strategy)
+        if key not in _COMPILED:
+            compiled = ask_tell.Loop.compile(strategy, self.x0)  # stored only once made: a failure is raised here
+            _COMPILED[key] = concurrent.futures.Future()
+            _COMPILED[key].set_result(compiled)
+        return _COMPILED[key].result()
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -200,26 +200,24 @@ class Loop:
 
     ``first()`` gives the first generation's members; ``step(fitness)`` tells their fitnesses and gives
     ``(best_fitness, sigma, stop)`` of that generation (one host transfer) and the next members.
-    ``compiled`` are the two programs, as ``Loop.compile`` makes them ahead of time (else they compile on
-    first use, and JAX caches them).
+    ``compiled`` are the two programs, as ``Loop.compile`` makes them ahead of time (a driver may have made
+    them on another thread); ``None``: made here. Compiled ahead of time, the step program serves the first
+    state (from ``strategy.init``) and the states it returns alike, where a jitted call would compile twice
+    (their arrays are placed differently).
     """
 
     def __init__(self, strategy: Strategy, state: State, compiled=None):
         layout = _checked(strategy, state, "tell").layout
         self.strategy, self.state = strategy, state
-        self.program, self.hp, self.mesh, self.execution = _prepared(strategy, layout, None, None)
-        self.compiled = compiled
+        self.hp = _prepared(strategy, layout, None, None)[1]
+        self.compiled = compiled or Loop.compile(strategy, state.params)
 
     def first(self):
-        if self.compiled is not None:
-            return self.compiled[0](self.hp, self.state)
-        return _ask_compiled(self.program, 0, self.strategy.popsize, False, self.hp, self.state)
+        return self.compiled[0](self.hp, self.state)
 
     def step(self, fitness: np.ndarray):
         given = from_host(fitness, "es.tell")
-        program = self.compiled[1] if self.compiled is not None else functools.partial(
-            _tell_ask_compiled, self.program, self.mesh, self.execution)
-        self.state, summary, members = _keyed(program(self.hp, self.state, given), self.state.key)
+        self.state, summary, members = _keyed(self.compiled[1](self.hp, self.state, given), self.state.key)
         best, sigma, stop = np.asarray(summary).tolist()
         return (best, sigma, int(stop)), members
 
