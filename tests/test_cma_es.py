@@ -145,6 +145,23 @@ def test_cmaes_says_why_it_should_stop_and_keeps_running():
         assert int(later.generation) == 402
 
 
+def test_stop_reasons_compile_once_for_the_state_from_init_and_the_states_tell_returns():
+    strategy = es.CMAES(popsize=6, sigma=0.5, maximize=False)
+    state = strategy.init(jax.random.key(0), jnp.ones(3))
+    compiled, listening = [], [True]
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, fun_name="", **kwargs: compiled.append(fun_name)
+        if listening[0] and event == "/jax/core/compile/backend_compile_duration" else None)
+    reasons = []
+    for _ in range(3):  # init's arrays are uncommitted, tell's are placed on the mesh
+        reasons.append(es.stop_reasons(strategy, state))
+        members = np.asarray(es.ask(strategy, state), np.float64)
+        state, _ = es.tell(strategy, state, np.sum(members**2, axis=1))
+    listening[0] = False
+    assert reasons == [[], [], []]
+    assert sum("stop_mask" in name for name in compiled) == 1, compiled
+
+
 def test_cmaes_refuses_more_parameters_than_it_serves_naming_the_alternatives():
     with raises(ValueError, f"{MAX_DIM + 1} parameters", "es.SepCMAES", "es.SNES"):
         es.CMAES(popsize=8).init(jax.random.key(0), jnp.zeros(MAX_DIM + 1))

@@ -251,12 +251,18 @@ def stop_reasons(strategy: Strategy, state: State, stop_criteria: stopping.StopC
     the same ``stop_criteria``). Stopping never changes what a further
     generation does; it is yours (or ``es.minimize``'s) to act on.
     """
-    layout = _checked(strategy, state, "stop_reasons").layout
+    checked = _checked(strategy, state, "stop_reasons")
+    layout = checked.layout
     criteria = stop_criteria or stopping.StopCriteria()
     if not isinstance(criteria, stopping.StopCriteria):
         raise TypeError(f"es.stop_reasons(stop_criteria={stop_criteria!r}): use an es.StopCriteria(...) or None.")
-    mask = _stop_mask(strategy.program(), criteria, strategy.hyperparameters(layout.dim), state)
-    return stopping.reasons(int(mask), layout.dim, strategy.popsize, criteria)
+
+    def make():  # ahead of time, as tell's: one program for a state from init and the states tell returns
+        hp = strategy.hyperparameters(layout.dim)
+        return _ahead_of_time(checked, _stop_mask, (strategy.program(), criteria), hp, state), hp
+
+    compiled, hp = checked.program(("stop_reasons", criteria), make)
+    return stopping.reasons(int(compiled(hp, state)), layout.dim, strategy.popsize, criteria)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
