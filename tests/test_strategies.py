@@ -244,3 +244,13 @@ def test_describe_names_the_strategy_and_its_default_optimizer():
     assert described["optimizer"] == {"name": "clipup", "learning_rate": 0.15, "max_speed": 0.3}
     assert es.OpenES(popsize=8, optimizer=optax.sgd(0.1)).describe()["optimizer"].startswith("<")
     assert es.PGPE(popsize=8) == es.PGPE(popsize=8)  # the default optimizer is shared: one compilation
+
+
+def test_strategies_differing_only_in_sigma_share_one_program_when_they_share_the_optimizer_object():
+    adam = optax.adam(0.05)  # optax objects compare by identity; es.optimizers.make shares one per arguments
+    assert es.OpenES(popsize=8, sigma=0.1, optimizer=adam).program() == es.OpenES(popsize=8, sigma=0.2,
+                                                                                  optimizer=adam).program()
+    made = [es.OpenES(popsize=8, sigma=s, optimizer=es.optimizers.make("adam", learning_rate=0.05)) for s in (0.1, 0.2)]
+    assert made[0].program() == made[1].program()
+    assert es.OpenES(popsize=8, optimizer=optax.adam(0.05)).program() != es.OpenES(
+        popsize=8, optimizer=optax.adam(0.05)).program()  # two objects: two programs (the docstring's advice)

@@ -50,7 +50,10 @@ class OpenES(Strategy):
         negated gradient estimate (optax minimises) over the flat vector of
         the params. Default ``adam(1e-2)``. Declared coordinatewise
         (``es.optimizers.make``'s, or ``es.optimizers.coordinatewise(...)``),
-        ``exchange="sharded"`` splits its update over the devices.
+        ``exchange="sharded"`` splits its update over the devices. The
+        object is part of the compiled program and compares by identity:
+        reuse one (``es.optimizers.make`` shares one per arguments) so that
+        strategies differing only in ``sigma`` share one compilation.
       antithetic: evaluate pairs ``theta +- sigma * eps`` (halves noise draws
         and reduces variance).
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"`` or a

@@ -59,7 +59,10 @@ class PGPE(Strategy):
         the flat vector of the params); default
         ``es.clipup(learning_rate=0.15, max_speed=0.3)``, ClipUp's step
         lengths in params units (the paper's advice: ``learning_rate =
-        max_speed / 2``; scale both with your params).
+        max_speed / 2``; scale both with your params). The object is part
+        of the compiled program and compares by identity: reuse one so that
+        strategies differing only in their hyperparameters share one
+        compilation.
       sigma_learning_rate: step of the scale update (>= 0; 0 keeps sigma
         fixed, one scale for every coordinate, and is what low-rank noise
         needs).
