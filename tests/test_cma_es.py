@@ -198,16 +198,16 @@ def test_stagnation_follows_pycma_it_waits_for_100_sparse_entries_then_reports_a
     assert any(r.startswith("stagnation:") for r in es.stop_reasons(strategy, state))
 
 
-def test_stopping_medians_are_numpys_median_of_the_valid_entries():
-    """One sort for every row: odd and even counts (the mean of the two middle values), a row with one valid
-    entry, a row with none (NaN), and invalid entries ignored wherever they sit."""
+def test_stopping_valid_median_is_numpys_median_of_the_valid_entries():
+    """Each row a case: odd and even counts (the mean of the two middle values), one valid entry, none (NaN),
+    and invalid entries ignored wherever they sit."""
     values = np.random.default_rng(0).normal(size=(5, 9)).astype(np.float32)
     valid = np.ones((5, 9), bool)
     valid[1, [0, 4]] = False  # 7 valid: odd
     valid[2, 3] = False  # 8 valid: even
     valid[3] = np.arange(9) == 6  # 1 valid
     valid[4] = False  # none
-    got = np.asarray(jax.jit(es.stopping.medians)(values, valid))
+    got = np.asarray(jax.jit(jax.vmap(es.stopping.valid_median))(values, valid))
     expected = [np.median(v[m]) if m.any() else np.nan for v, m in zip(values, valid)]
     np.testing.assert_array_equal(got, np.asarray(expected, np.float32))
 

@@ -297,7 +297,8 @@ class _Programs:
             _COMPILED[key] = self.pool.submit(ask_tell.Loop.compile, strategy, self.x0)
 
     def get(self, strategy: Strategy):
-        """The compiled programs: a prefetch's (waiting for it), else compiled now on this thread (kept)."""
+        """The compiled programs: a prefetch's (waiting for it), else compiled now on this thread (kept; not
+        queued on the pool behind the prefetch of the next large run)."""
         key = self.key(strategy)
         if key not in _COMPILED:
             compiled = ask_tell.Loop.compile(strategy, self.x0)  # stored only once made: a failure is raised here

@@ -208,7 +208,7 @@ class Loop:
 
     def __init__(self, strategy: Strategy, state: State, compiled=None):
         layout = _checked(strategy, state, "tell").layout
-        self.strategy, self.state = strategy, state
+        self.state = state
         self.hp = _prepared(strategy, layout, None, None)[1]
         self.compiled = compiled or Loop.compile(strategy, state.params)
 

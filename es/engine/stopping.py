@@ -136,7 +136,7 @@ def record(history: History, maximize: bool, values, residual, ranked, valid) ->
     sign = 1.0 if maximize else -1.0
     index = jnp.argmax(jnp.where(valid, ranked if maximize else -ranked, -jnp.inf))  # as in update.track_best
     best, best_residual = sign * values[index], sign * (0.0 if residual is None else residual[index])
-    median = sign * medians(values[None], valid[None])[0]
+    median = sign * valid_median(values, valid)
     any_valid = jnp.any(valid)
     count = history.count + any_valid.astype(jnp.int32)
     sparse = any_valid & (count % SPARSE_EVERY == 0)
@@ -198,15 +198,15 @@ def window_medians(history: History, length: jax.Array) -> tuple[jax.Array, ...]
     return (*window_pair(history.sparse_best), *window_pair(history.sparse_median))
 
 
-def medians(values: jax.Array, valid: jax.Array) -> jax.Array:
-    """float[rows]: the median of each row's ``valid`` entries of ``values`` (``[rows, n]``), NaN where none is
-    valid: numpy's median (the mean of the two middle values), from one sort of all the rows."""
-    count = jnp.sum(valid, axis=-1, dtype=jnp.int32)
-    ordered = jnp.sort(jnp.where(valid, values, jnp.inf), axis=-1)  # the valid values first
-    # The two middle entries, each picked by a masked max over its row (exactly its value): XLA's CPU compiler
-    # takes longer over a gather (take_along_axis) in these programs than over the two reductions.
-    position = jnp.arange(values.shape[-1])
-    low, high = (jnp.max(jnp.where(position == middle[..., None], ordered, -jnp.inf), axis=-1)
+def valid_median(values: jax.Array, valid: jax.Array) -> jax.Array:
+    """The median of the ``valid`` entries of ``values`` (``[n]``), NaN where none is valid: numpy's median
+    (the mean of the two middle values), from one sort."""
+    count = jnp.sum(valid, dtype=jnp.int32)
+    ordered = jnp.sort(jnp.where(valid, values, jnp.inf))  # the valid values first
+    # The two middle entries, each picked by a masked max (exactly its value): XLA's CPU compiler takes
+    # longer over a gather (take_along_axis) in these programs than over the two reductions.
+    position = jnp.arange(values.shape[0])
+    low, high = (jnp.max(jnp.where(position == middle, ordered, -jnp.inf))
                  for middle in (jnp.maximum(count - 1, 0) // 2, count // 2))
     return jnp.where(count > 0, (low + high) / 2, jnp.nan)
 
