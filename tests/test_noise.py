@@ -1,6 +1,7 @@
 """Noise sources: exact N(0, 1) values, the member -> noise mapping, and what it costs in memory."""
 
 import functools
+import importlib
 
 import chex
 import jax
@@ -202,6 +203,26 @@ def test_sums_are_the_weighted_sums_of_the_samples_and_their_squares(source, dim
     np.testing.assert_allclose(total_square, np.asarray(square) @ eps**2, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(only_linear, total, rtol=1e-6, atol=1e-6)
     assert none is None
+
+
+def test_unroll_set_on_its_module_changes_the_program_and_not_the_bits(monkeypatch):
+    """``UNROLL`` is read from ``es.noise.accumulate``'s module when a program is traced (``es.noise.UNROLL``
+    is a copy, and ``es.noise.accumulate`` the function): each value compiles its own loop, with the same sums."""
+    module = importlib.import_module("es.noise.accumulate")
+    dim, count = es.noise.MIN_SLICE + 3, 16
+    layout = es.Layout.of(jnp.zeros(dim))
+    keys = jax.vmap(population.noise_key, in_axes=(None, 0))(jax.random.key(4), jnp.arange(count))
+    linear, square = jnp.linspace(-1.0, 1.0, count), jnp.linspace(0.5, 2.0, count)
+    source = es.GaussianNoise()
+
+    def compiled_sums(unroll):
+        monkeypatch.setattr(module, "UNROLL", unroll)
+        compiled = jax.jit(lambda k, a, b: source.sums(None, k, a, b, layout)).lower(keys, linear, square).compile()
+        return compiled.as_text().count(" xor("), compiled(keys, linear, square)
+
+    (size_1, sums_1), (size_8, sums_8) = compiled_sums(1), compiled_sums(8)
+    assert size_8 > 4 * size_1  # the threefry hash of eight draws per loop step instead of one
+    chex.assert_trees_all_equal(sums_8, sums_1)
 
 
 @pytest.mark.parametrize("source", SOURCES[:1] + [es.NoiseTable(size=2**16)], ids=SOURCE_IDS)
