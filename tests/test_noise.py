@@ -188,14 +188,17 @@ def test_noise_table_learns_like_fresh_noise():
     assert float(jnp.sum(state.params**2)) < float(jnp.sum(start**2)) / 10
 
 
+def sums_inputs(dim, count):
+    """A layout of ``dim`` params and the noise keys and linear and squared coefficients of ``count`` members."""
+    keys = jax.vmap(population.noise_key, in_axes=(None, 0))(jax.random.key(4), jnp.arange(count))
+    return es.Layout.of(jnp.zeros(dim)), keys, jnp.linspace(-1.0, 1.0, count), jnp.linspace(0.5, 2.0, count)
+
+
 @pytest.mark.parametrize("dim", [1000, es.noise.MIN_SLICE + 1])  # fused reductions, then a loop
 @pytest.mark.parametrize("source", [es.GaussianNoise(), es.NoiseTable(size=2**18, seed=3)], ids=SOURCE_IDS)
 def test_sums_are_the_weighted_sums_of_the_samples_and_their_squares(source, dim):
-    count = 7
-    layout = es.Layout.of(jnp.zeros(dim))
+    layout, keys, linear, square = sums_inputs(dim, 7)
     aux = source.prepare(layout)
-    keys = jax.vmap(population.noise_key, in_axes=(None, 0))(jax.random.key(4), jnp.arange(count))
-    linear, square = jnp.linspace(-1.0, 1.0, count), jnp.linspace(0.5, 2.0, count)
     eps = np.asarray(jax.vmap(source.sample, in_axes=(None, 0, None))(aux, keys, layout), np.float64)
     total, total_square = jax.jit(source.sums, static_argnums=4)(aux, keys, linear, square, layout)
     only_linear, none = jax.jit(source.sums, static_argnums=4)(aux, keys, linear, None, layout)
@@ -209,10 +212,7 @@ def test_unroll_set_on_its_module_changes_the_program_and_not_the_bits(monkeypat
     """``UNROLL`` is read from ``es.noise.accumulate``'s module when a program is traced (``es.noise.UNROLL``
     is a copy, and ``es.noise.accumulate`` the function): each value compiles its own loop, with the same sums."""
     module = importlib.import_module("es.noise.accumulate")
-    dim, count = es.noise.MIN_SLICE + 3, 16
-    layout = es.Layout.of(jnp.zeros(dim))
-    keys = jax.vmap(population.noise_key, in_axes=(None, 0))(jax.random.key(4), jnp.arange(count))
-    linear, square = jnp.linspace(-1.0, 1.0, count), jnp.linspace(0.5, 2.0, count)
+    layout, keys, linear, square = sums_inputs(es.noise.MIN_SLICE + 3, 16)
     source = es.GaussianNoise()
 
     def compiled_sums(unroll):
