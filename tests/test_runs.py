@@ -438,3 +438,13 @@ def test_a_read_only_run_directory_is_refused_with_the_cause_and_left_as_it_was(
 def test_run_many_of_no_runs_is_refused_in_its_own_name():
     with pytest.raises(ValueError, match=r"^es.run_many\(strategies=\[\]\): a sweep needs at least one run"):
         es.run_many([], sphere, [], 4)
+
+
+def test_run_many_names_itself_in_the_sweep_checks_it_shares_with_evolve_many():
+    state = initial_state()
+    with pytest.raises(TypeError, match=r"^es.run_many\(states=\.\.\.\): got one es.State.*states=\[state\]"):
+        es.run_many([STRATEGY], sphere, state, 4)
+    snes = es.SNES(popsize=8)
+    with pytest.raises(TypeError, match=r"^es.run_many: strategies\[1\] is SNES but strategies\[0\] is OpenES.*own "
+                                        r"es.run_many call"):
+        es.run_many([STRATEGY, snes], sphere, [state, snes.init(jax.random.key(1), state.params)], 4)

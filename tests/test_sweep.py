@@ -219,6 +219,14 @@ def test_states_of_other_shapes_or_counts_are_refused():
         refused([snes, snes], [snes.init(jax.random.key(0), jnp.ones(4)), BASE.init(jax.random.key(1), jnp.ones(4))])
 
 
+def test_one_state_or_strategy_instead_of_a_list_is_refused_naming_the_argument():
+    state = BASE.init(jax.random.key(0), jnp.ones(4))  # a State is a NamedTuple of 8 fields: not counted as 8 runs
+    with raises(TypeError, "es.evolve_many(states=...): got one es.State", "states=[state]"):
+        refused([BASE], state)
+    with raises(TypeError, "es.evolve_many(strategies=...): got one strategy", "strategies=[strategy]"):
+        refused(BASE, [state])
+
+
 def test_a_host_fitness_is_refused_before_any_worker_starts():
     host = es.HostFitness(lambda params: 0.0, num_workers=1)
     with raises(TypeError, "es.HostFitness is not supported in a sweep", "es.evolve or es.run"):

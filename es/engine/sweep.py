@@ -217,42 +217,43 @@ def sweep_step(program, fitness, mesh, execution, noise_aux, hyperparameters, st
 
 def check_evolve_many_args(
     strategies, fitness: Fitness, states, num_generations, mesh, exchange="fitness", eval_batch_size=None,
-    update_batch_size=None, stop_criteria=None,
+    update_batch_size=None, stop_criteria=None, caller: str = "es.evolve_many",
 ) -> Sweep:
     """Validate ``evolve_many``'s arguments before any compilation; return the ``Sweep`` (``fitness``: the
-    adapter the entry point made)."""
-    for name, value, one in (("strategies", strategies, Strategy), ("states", states, State)):
+    adapter the entry point made; ``caller``: the entry point the messages name, ``es.run_many`` too)."""
+    for name, value, one, singular in (("strategies", strategies, Strategy, "strategy"),
+                                       ("states", states, State, "state")):
         if isinstance(value, one):
             raise TypeError(
-                f"es.evolve_many({name}=...): got one {'es.State' if one is State else 'strategy'}; {name} must be "
-                f"a list with one entry per run, e.g. {name}=[{name[:-1]}]."
+                f"{caller}({name}=...): got one {'es.State' if one is State else 'strategy'}; {name} must be "
+                f"a list with one entry per run, e.g. {name}=[{singular}]."
             )
         if not isinstance(value, (list, tuple)) or not value:
             raise TypeError(
-                f"es.evolve_many({name}=...): {name} must be a non-empty list (one entry per run), "
+                f"{caller}({name}=...): {name} must be a non-empty list (one entry per run), "
                 f"got {type(value).__name__}."
             )
     if len(states) != len(strategies):
         raise ValueError(
-            f"es.evolve_many: {len(strategies)} strategies but {len(states)} states; give one state per "
+            f"{caller}: {len(strategies)} strategies but {len(states)} states; give one state per "
             "strategy (repeat a strategy to run it from several seeds)."
         )
     for i, strategy in enumerate(strategies):
         if not isinstance(strategy, Strategy):
             raise TypeError(
-                f"es.evolve_many: strategies[{i}] must be an es strategy (es.OpenES, es.SNES, ...), "
+                f"{caller}: strategies[{i}] must be an es strategy (es.OpenES, es.SNES, ...), "
                 f"got {type(strategy).__name__}."
             )
     if fitness.on_host:
         raise TypeError(
-            "es.evolve_many(fitness_fn=...): an es.HostFitness is not supported in a sweep yet; run each seed "
+            f"{caller}(fitness_fn=...): an es.HostFitness is not supported in a sweep yet; run each seed "
             "with es.evolve or es.run (or drive the runs with es.ask/es.tell)."
         )
     mesh, execution = check_evolve_args(strategies[0], fitness, states[0], num_generations, mesh, exchange,
                                         eval_batch_size, update_batch_size, stop_criteria)
-    optimizers = check_same_program(strategies, states[0].params)
+    optimizers = check_same_program(strategies, states[0].params, caller)
     for i in range(1, len(strategies)):
-        _check_run_state(i, strategies[i], fitness, states[i], states[0])
+        _check_run_state(i, strategies[i], fitness, states[i], states[0], caller)
     dim = Layout.of(states[0].params).dim
     dtype = jnp.result_type(float)
     hyperparameters = jax.tree.map(lambda *values: np.asarray(values, dtype),
@@ -261,7 +262,7 @@ def check_evolve_many_args(
     return Sweep(program, hyperparameters, mesh, execution, strategies[0])
 
 
-def check_same_program(strategies: Sequence[Strategy], params: PyTree) -> dict:
+def check_same_program(strategies: Sequence[Strategy], params: PyTree, caller: str = "es.evolve_many") -> dict:
     """The optimizer each optimizer field compiles with; raise unless every run has ``strategies[0]``'s program.
 
     Hyperparameters (float fields) may differ. Optimizers must compute the
@@ -274,9 +275,9 @@ def check_same_program(strategies: Sequence[Strategy], params: PyTree) -> dict:
     for i, strategy in enumerate(strategies[1:], start=1):
         if type(strategy) is not type(first):
             raise TypeError(
-                f"es.evolve_many: strategies[{i}] is {type(strategy).__name__} but strategies[0] is {kind}; the "
-                "runs of one evolve_many share one program, so they must be strategies of one kind (run each "
-                "kind in its own evolve_many)."
+                f"{caller}: strategies[{i}] is {type(strategy).__name__} but strategies[0] is {kind}; the "
+                f"runs of one {caller} share one program, so they must be strategies of one kind (run each "
+                f"kind in its own {caller} call)."
             )
     programs = [s.program() for s in strategies]
     traced = first.hyperparameter_fields()
@@ -285,7 +286,7 @@ def check_same_program(strategies: Sequence[Strategy], params: PyTree) -> dict:
         name = field.name
         values = [getattr(p, name) for p in programs]
         if all(isinstance(v, optax.GradientTransformation) for v in values):
-            optimizers[name] = check_same_optimizer(kind, name, values, params)
+            optimizers[name] = check_same_optimizer(kind, name, values, params, caller)
             continue
         for i, value in enumerate(values[1:], start=1):
             if _same_setting(value, values[0]):
@@ -293,19 +294,19 @@ def check_same_program(strategies: Sequence[Strategy], params: PyTree) -> dict:
             if not field.init:  # derived from a setting: name it
                 source = field.metadata.get("derived_from", name)
                 raise ValueError(
-                    f"es.evolve_many: strategies[{i}].{source}={getattr(strategies[i], source)!r} but "
+                    f"{caller}: strategies[{i}].{source}={getattr(strategies[i], source)!r} but "
                     f"strategies[0].{source}={getattr(first, source)!r}; for {kind} {source}="
                     f"{field.metadata.get('why', 'decides the program')}, so it shapes the compiled program. The "
                     f"runs may vary {source} only among values that agree on that; run the two settings in two "
-                    "evolve_many calls."
+                    f"{caller} calls."
                 )
             shown = [getattr(strategies[j], name) for j in (i, 0)]
             raise ValueError(
-                f"es.evolve_many: strategies[{i}].{name}={shown[0]!r} but strategies[0].{name}={shown[1]!r}. "
+                f"{caller}: strategies[{i}].{name}={shown[0]!r} but strategies[0].{name}={shown[1]!r}. "
                 f"The runs may differ only in the hyperparameters of {kind} ({', '.join(traced) or 'none'}; "
                 f"floats) and in optimizers built with optax.inject_hyperparams; {name} shapes the compiled "
                 f"program{_same_object_hint(shown[0])}. Give every run the same {name}, or run each setting in its "
-                "own evolve_many."
+                f"own {caller} call."
             )
     return {name: optimizer for name, optimizer in optimizers.items() if optimizer is not getattr(first, name)}
 
@@ -332,7 +333,7 @@ def _uses_inject_hyperparams(state_shape: PyTree) -> bool:
 
 
 def check_same_optimizer(kind: str, name: str, optimizers: Sequence[optax.GradientTransformation],
-                         params) -> optax.GradientTransformation:
+                         params, caller: str = "es.evolve_many") -> optax.GradientTransformation:
     """The optimizer to compile with; raise ``ValueError`` unless every optimizer computes what ``optimizers[0]`` does.
 
     Two optimizers compute the same when their ``update(gradient, state,
@@ -360,7 +361,7 @@ def check_same_optimizer(kind: str, name: str, optimizers: Sequence[optax.Gradie
             "optax.inject_hyperparams(optax.adam)(learning_rate=3e-3), so that they live in each run's state"
         )
         raise ValueError(
-            f"es.evolve_many: strategies[{i}].{name} computes differently from strategies[0].{name} ({kind}); "
+            f"{caller}: strategies[{i}].{name} computes differently from strategies[0].{name} ({kind}); "
             f"{fix}."
         )
     if len(_EQUIVALENT_OPTIMIZERS) >= _MAX_REMEMBERED:
@@ -381,17 +382,17 @@ def _update_program(optimizer: optax.GradientTransformation, abstract_params) ->
     return str(jax.tree.structure(state)), str(closed.jaxpr), constants
 
 
-def _check_run_state(i: int, strategy: Strategy, fitness: Fitness, state, first_state) -> None:
+def _check_run_state(i: int, strategy: Strategy, fitness: Fitness, state, first_state, caller: str) -> None:
     """``state`` must belong to ``strategy`` and have the structure, shapes and dtypes of ``states[0]``."""
     try:
         check_state(strategy, fitness, state)
     except (TypeError, ValueError) as error:
-        raise type(error)(f"es.evolve_many: states[{i}] (of strategies[{i}]): {error}") from None
+        raise type(error)(f"{caller}: states[{i}] (of strategies[{i}]): {error}") from None
     difference = validation.tree_difference(state, first_state)
     if difference is not None:
         where = f"states[{i}]" + (difference if difference[0] in ".[" else f": {difference}")
         raise ValueError(
-            f"es.evolve_many: {where} (as in states[0]). The runs must share one params structure (shapes, "
+            f"{caller}: {where} (as in states[0]). The runs must share one params structure (shapes, "
             "dtypes), key type and fitness state; make every state with strategy.init from params of one "
             "structure."
         )

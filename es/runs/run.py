@@ -227,7 +227,8 @@ def run_many(
         raise ValueError("es.run_many(strategies=[]): a sweep needs at least one run: give one strategy and one "
                          "initial state per run (es.run runs a single one).")
     fitness = adapter(fitness_fn)  # the one adapter of the sweep
-    sweep = check_evolve_many_args(strategies, fitness, states, num_generations, *options.evolve_arguments())
+    sweep = check_evolve_many_args(strategies, fitness, states, num_generations, *options.evolve_arguments(),
+                                   caller="es.run_many")
     run_dirs = check_per_run("run_dirs", run_dirs, count)
     configs = check_per_run("configs", configs, count)
     for i, (run_dir, config) in enumerate(zip(run_dirs, configs)):
