@@ -116,6 +116,8 @@ def test_bad_keys_and_values_are_named_with_the_valid_choices(overrides, fragmen
         (["strategy.popsize=2147483648"], ["strategy.popsize", "popsize must be at most 1,073,741,824 (2**30)"]),
         (["strategy.popsize=1000000000000"], ["strategy.popsize", "popsize must be at most 1,073,741,824"]),
         (["strategy.weight_decay=-1"], ["weight_decay", ">= 0"]),
+        (["strategy.optimizer.learning_rate=-0.1"], ["strategy.optimizer", "negative learning_rate",
+                                                     "use a positive value"]),
         (["strategy.sigma={schedule: cosine_decay, init_value: 1.0, decay_steps: 20}", "run.generations=40"],
          ["strategy.sigma", "0 at generation 20", "alpha > 0"]),
         (["run.segment=0"], ["run.segment must be >= 1"]),

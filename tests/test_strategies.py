@@ -195,6 +195,8 @@ def test_tied_fitnesses_get_equal_weights(name):
         (lambda: es.SNES(popsize=8, sigma=0.0), ValueError, ["SNES(sigma=0.0)", "> 0"]),
         (lambda: es.SNES(popsize=7, antithetic=True), ValueError, ["popsize=7", "even", "antithetic=False"]),
         (lambda: es.SNES(popsize=8, learning_rate=-1.0), ValueError, ["SNES(learning_rate=-1.0)", "> 0"]),
+        (lambda: es.optimizers.make("adam", learning_rate=-0.1), ValueError,
+         ["es.optimizers.make('adam', learning_rate=-0.1)", "negative learning_rate", "positive"]),
         (lambda: es.SNES(popsize=8, sigma_learning_rate="fast"), TypeError, ["sigma_learning_rate", "float"]),
         (lambda: es.SNES(popsize=8, temperature=0.0), ValueError, ["SNES(temperature=0.0)", "> 0", "None"]),
         (lambda: es.PGPE(popsize=7), ValueError, ["PGPE(popsize=7", "always samples pairs", "popsize=8"]),

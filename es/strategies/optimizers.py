@@ -4,6 +4,11 @@ A strategy's ``optimizer`` is any ``optax.GradientTransformation``; it
 receives the negated ascent direction (optax minimises). ``make(name,
 **kwargs)`` builds one by name, ``es.clipup`` or an ``optax`` alias, so that
 configs and strategy defaults can describe optimizers as data.
+
+``make`` and ``es.clipup`` refuse a negative learning rate (the run would
+walk against the ascent direction). An optax transformation built by hand
+(``optax.sgd(-0.1)``) is a closure es cannot read, so its sign is the
+author's: a negative one makes the run worse generation after generation.
 """
 
 from __future__ import annotations
