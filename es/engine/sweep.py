@@ -333,7 +333,7 @@ def _uses_inject_hyperparams(state_shape: PyTree) -> bool:
 
 
 def check_same_optimizer(kind: str, name: str, optimizers: Sequence[optax.GradientTransformation],
-                         params, caller: str = "es.evolve_many") -> optax.GradientTransformation:
+                         params, caller: str) -> optax.GradientTransformation:
     """The optimizer to compile with; raise ``ValueError`` unless every optimizer computes what ``optimizers[0]`` does.
 
     Two optimizers compute the same when their ``update(gradient, state,
