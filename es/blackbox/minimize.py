@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -28,7 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from es import validation
-from es.blackbox import objective
+from es.blackbox import integers as integers_layer
+from es.blackbox import layers, objective
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
 from es.engine import ask_tell, stopping
 from es.engine.evolution import evolve_checked
@@ -78,6 +80,13 @@ class MinimizeResult(NamedTuple):
         (its scale or fitness collapsed: ``tolfun``, ``tolfunhist``, ``tolx``).
       history: per generation, numpy arrays: ``nfev`` (evaluations so far), ``fun`` (best so far),
         ``generation_fun`` (the generation's best), ``sigma`` (mean scale), ``popsize`` and ``run``.
+      feasible: with ``constraints``, whether ``x`` is feasible (a feasible point was found); else True.
+      violation: the largest constraint violation at ``x``, ``max(0, max_i g_i(x))`` (0.0 when feasible).
+      ngev: evaluations of the constraints.
+
+    With ``constraints``, ``x`` is the best feasible point found (none: the least violating one); with
+    ``noisy``, the point with the best mean over repeated evaluations and ``fun`` that mean
+    (``es.blackbox.uncertainty``).
     """
 
     x: PyTree
@@ -88,6 +97,9 @@ class MinimizeResult(NamedTuple):
     stop: str
     success: bool
     history: dict[str, np.ndarray]
+    feasible: bool = True
+    violation: float = 0.0
+    ngev: int = 0
 
 
 CONVERGED = ("tolfun", "tolfunhist", "tolx")
@@ -103,6 +115,10 @@ def minimize(
     target: float | None = None,
     restarts: str | None = None,
     seed: int = 0,
+    bounds=None,
+    constraints: Callable | None = None,
+    integer_variables=None,
+    noisy: bool = False,
 ) -> MinimizeResult:
     """Minimise ``fun`` from ``x0`` with an evolution strategy (CMA-ES by default), with restarts.
 
@@ -125,14 +141,30 @@ def minimize(
         restart) or ``"bipop"`` (Hansen 2009: large runs alternate with runs
         of smaller populations and step sizes); at most 9 large restarts.
       seed: seeds every run's keys and BIPOP's draws.
+      bounds: ``(lower, upper)``, each a number or an array shaped like
+        ``x0`` (-inf / inf: open), or a ``scipy.optimize.Bounds``: ``fun`` is
+        only called inside the box (``es.blackbox.bounds``).
+      constraints: ``g(x)`` returning a number or a 1-D array, feasible
+        where every value is <= 0; a JAX or Python callable
+        (``es.blackbox.constraints``, an augmented Lagrangian).
+      integer_variables: indices into the flattened ``x``: ``fun`` sees
+        integral values there (``es.blackbox.integers``, CMA-ES with margin).
+      noisy: uncertainty handling for a noisy ``fun``
+        (``es.blackbox.uncertainty``).
 
     Returns:
       A ``MinimizeResult``.
     """
     kind, template, x0, schedule = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
+    options = layers.checked(x0, bounds, constraints, integer_variables, noisy)
+    template = _fitted(template, options, strategy is None, sum(np.size(a) for a in jax.tree.leaves(x0)))
+    if template.popsize != schedule.popsize:
+        schedule = Schedule(restarts, template.popsize, sigma0, seed)
     with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
-        return _Minimization(fun, kind, template, x0, max_evals, target, seed).run_all(schedule)
+        run = _Minimization(fun, kind, template, x0, max_evals, target, seed)
+        run.layers = None if options is None else layers.Layers(options, fun, kind, x0, seed)
+        return run.run_all(schedule)
 
 
 @contextlib.contextmanager
@@ -162,20 +194,22 @@ class _Minimization:
         self.best_x, self.best = None, math.inf
         self.history = {name: [] for name in ("nfev", "fun", "generation_fun", "sigma", "popsize", "run")}
         self.runs: list[Run] = []
+        self.layers: layers.Layers | None = None  # bounds, constraints, integer variables, noise
 
     # ----------------------------------------------------------------- the call
 
     def run_all(self, schedule: Schedule) -> MinimizeResult:
         settings, used, stop = schedule.next(), 0, ""
         while settings is not None:
-            strategy = dataclasses.replace(self.template, popsize=settings.popsize, sigma=settings.sigma,
-                                           maximize=False)
-            if self.max_evals - self.nfev < (1 if self.kind == "python" else strategy.popsize):
+            strategy = self.with_layers(dataclasses.replace(self.template, popsize=settings.popsize,
+                                                            sigma=settings.sigma, maximize=False))
+            if self.max_evals - self.nfev < self.generation_cost(strategy):
                 stop = f"max_evals: the budget of {self.max_evals} evaluations is spent"
                 break
             before = (self.nfev, self.nit)
-            if self.kind == "python" and schedule.restarts is not None:  # compile the next large run's meanwhile
-                self.programs.prefetch(dataclasses.replace(strategy, popsize=schedule.next_large_popsize()))
+            if self.loops and schedule.restarts is not None:  # compile the next large run's meanwhile
+                self.programs.prefetch(self.with_layers(
+                    dataclasses.replace(strategy, popsize=schedule.next_large_popsize())))
             run_stop = self.one_run(strategy, settings, len(self.runs))
             used = self.nfev - before[0]
             values = np.asarray(self.history["generation_fun"][before[1]:], np.float64)
@@ -191,24 +225,30 @@ class _Minimization:
 
     def one_run(self, strategy: Strategy, settings: RunSettings, index: int) -> str:
         """Run ``strategy`` from ``x0`` until a stopping condition, the budget, the target or its generations."""
-        state = strategy.init(jax.random.fold_in(jax.random.key(self.seed), index), self.x0)
+        start = self.x0 if self.layers is None else self.layers.genotype(self.x0)
+        state = strategy.init(jax.random.fold_in(jax.random.key(self.seed), index), start)
         limit = settings.max_generations or math.inf
         generations = 0
         step = self.python_generation if self.kind == "python" else self.compiled_generations
-        if self.kind == "python":  # the loop over generations stays with es.engine's ask/tell, checked once
+        if self.layers is not None:
+            step = functools.partial(self.layers.generation, self)
+            self.layers.start_run()
+        if self.loops:  # the loop over generations stays with es.engine's ask/tell, checked once
             state = ask_tell.Loop(strategy, state, self.programs.get(strategy))
             state.members = state.first()
         while True:
             state, done, stop = step(strategy, state, index, limit - generations)
             generations += done
             if self.reached_target():
-                return f"target: fun(x) = {float(self.best)!r} <= target = {float(self.target)!r}"
+                stop = f"target: fun(x) = {float(self.best)!r} <= target = {float(self.target)!r}"
+            elif self.max_evals - self.nfev < max(1, self.generation_cost(strategy)) and not stop:
+                stop = f"max_evals: the budget of {self.max_evals} evaluations is spent"
+            elif generations >= limit and not stop:
+                stop = f"max_generations: this small-population run's {int(limit)} generations are spent"
             if stop:
+                if self.layers is not None:
+                    self.layers.end_run(self, state)
                 return stop
-            if self.nfev >= self.max_evals or (self.kind != "python" and self.max_evals - self.nfev < strategy.popsize):
-                return f"max_evals: the budget of {self.max_evals} evaluations is spent"
-            if generations >= limit:
-                return f"max_generations: this small-population run's {int(limit)} generations are spent"
 
     def python_generation(self, strategy: Strategy, loop, index: int, left: float):
         """One generation of a Python callable: evaluate the members asked, tell them (and ask the next ones
@@ -246,6 +286,22 @@ class _Minimization:
             self.best, self.best_x = float(state.best_fitness), jax.tree.map(np.asarray, state.best_params)
         return state, count, stop
 
+    # ----------------------------------------------------------------- options (es.blackbox.layers)
+
+    @property
+    def loops(self) -> bool:
+        """Whether runs go through ``ask_tell.Loop`` (a Python objective, or any objective with options)."""
+        return self.kind == "python" or self.layers is not None
+
+    def with_layers(self, strategy: Strategy) -> Strategy:
+        return strategy if self.layers is None else self.layers.strategy(strategy)
+
+    def generation_cost(self, strategy: Strategy) -> int:
+        """Evaluations left that a run's next generation needs (a Python objective's may be cut short)."""
+        if self.layers is not None:
+            return self.layers.cost(strategy.popsize)
+        return 1 if self.kind == "python" else strategy.popsize
+
     # ----------------------------------------------------------------- bookkeeping
 
     def record(self, best_fitness: float, sigma: float, generation_best: float, popsize: int, index: int) -> None:
@@ -273,9 +329,14 @@ class _Minimization:
                                                   for name in CONVERGED)
         history = {name: np.asarray(values, np.float64 if name in ("fun", "generation_fun", "sigma") else np.int64)
                    for name, values in self.history.items()}
-        x = self.best_x if self.best_x is not None else jax.tree.map(np.asarray, self.x0)
-        return MinimizeResult(jax.tree.map(lambda a: np.asarray(a, np.float64), x), float(self.best), self.nfev,
-                              self.nit, tuple(self.runs), stop, bool(success), history)
+        x, fun, feasible, violation = self.best_x, float(self.best), True, 0.0
+        if self.layers is not None:
+            x, fun, feasible, violation = self.layers.outcome(self)
+            success = success and feasible
+        x = x if x is not None else jax.tree.map(np.asarray, self.x0)
+        return MinimizeResult(jax.tree.map(lambda a: np.asarray(a, np.float64), x), fun, self.nfev,
+                              self.nit, tuple(self.runs), stop, bool(success), history, feasible, violation,
+                              0 if self.layers is None else self.layers.ngev)
 
 
 class _Programs:
@@ -354,3 +415,21 @@ def _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed):
         )
     kind = objective.kind_of(fun, x0)
     return kind, template, x0, Schedule(restarts, template.popsize, sigma0, seed)
+
+
+def _fitted(template: Strategy, options, default: bool, dim: int) -> Strategy:
+    """The template for the options: pycma's popsize with integer variables (``default``: no strategy given);
+    integer variables and ``noisy`` need a CMA-ES (a margin, a global sigma)."""
+    if options is None:
+        return template
+    needs = [name for name, used in (("integer_variables", options.integers is not None), ("noisy", options.noisy))
+             if used]
+    if needs and not isinstance(template, (CMAES, SepCMAES)):
+        raise ValueError(
+            f"es.minimize({needs[0]}=..., strategy={type(template).__name__}(...)): {needs[0]} needs es.CMAES or "
+            "es.SepCMAES (a margin on the integer coordinates, a global sigma for noise); leave strategy=None."
+        )
+    if options.integers is not None and default:
+        popsize = integers_layer.default_popsize(dim, options.integers.indices.size)
+        template = dataclasses.replace(template, popsize=max(template.popsize, popsize))
+    return template

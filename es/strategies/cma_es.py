@@ -29,6 +29,12 @@ c_sigma``, ``c_c = (4 + mu_eff / n) / (n + 4 + 2 mu_eff / n)``, ``c_1 = 2 / ((n 
 The eigendecomposition is deferred as the tutorial suggests: it runs every ``max(1, floor(1 / (10 n (c_1 +
 c_mu))))`` generations (every generation below about 30 parameters), so a generation costs ``O(n^2 lambda)``
 besides it. ``MAX_DIM`` parameters at most: above, use ``es.SepCMAES`` or ``es.SNES`` (linear in ``n``).
+
+Integer variables (optional, ``es.strategies.margin``): with a ``margin`` attached, members are ``m + sigma A
+B D z`` with ``A`` the state's diagonal ``scaling``, the mean steps by ``sigma A y_w`` (``C`` still learns from
+``y``), and after each update the margin moves the mean and ``A`` of the integer coordinates so that each keeps
+a probability of another value. Without one (the default) the state's ``scaling`` is ``None`` and nothing above
+changes, bit for bit.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import jax
 import jax.numpy as jnp
 
 from es.noise import GaussianNoise, NoiseSource
+from es.strategies import margin as margins
 from es.strategies import shaping
 from es.strategies.base import Coefficients, Step, Strategy, Sums
 from es.strategies import recombination
@@ -61,6 +68,7 @@ class CMAESState(NamedTuple):
       scales: float[n], ``d``: the square roots of the eigenvalues of ``C``, as of the last decomposition.
       path_sigma: float[n], ``p_sigma``, the conjugate evolution path.
       path_cov: float[n], ``p_c``, the evolution path of ``C``.
+      scaling: float[n], ``A`` of CMA-ES with margin (``es.strategies.margin``); ``None`` without a margin.
     """
 
     sigma: jax.Array
@@ -69,6 +77,7 @@ class CMAESState(NamedTuple):
     scales: jax.Array
     path_sigma: jax.Array
     path_cov: jax.Array
+    scaling: jax.Array | None = None
 
 
 class CMAESHyperparameters(NamedTuple):
@@ -125,6 +134,9 @@ class CMAES(Strategy):
       antithetic: sample mirrored pairs (off in the tutorial).
       maximize: whether the fitness is to be maximised.
       noise: ``es.GaussianNoise()`` or ``es.NoiseTable(...)``.
+
+    ``margin`` (not an argument: ``es.strategies.margin.attached(strategy, margin)``) keeps integer variables
+    moving (CMA-ES with margin); ``None`` by default.
     """
 
     popsize: int
@@ -132,6 +144,8 @@ class CMAES(Strategy):
     antithetic: bool = False
     maximize: bool = True
     noise: NoiseSource = GaussianNoise()
+    margin: margins.IntegerMargin | None = dataclasses.field(default=None, init=False, repr=False, metadata={
+        "why": "integer variables (es.minimize(integer_variables=...)): attached, not configured"})
 
     def __post_init__(self):
         self.check_common()
@@ -152,10 +166,11 @@ class CMAES(Strategy):
     def initial_state(self, hp: CMAESHyperparameters, mean: jax.Array) -> CMAESState:
         n, dtype = mean.shape[0], mean.dtype
         eye, zeros = jnp.eye(n, dtype=dtype), jnp.zeros((n,), dtype)
-        return CMAESState(jnp.asarray(hp.sigma, dtype), eye, eye, jnp.ones((n,), dtype), zeros, zeros)
+        return CMAESState(jnp.asarray(hp.sigma, dtype), eye, eye, jnp.ones((n,), dtype), zeros, zeros,
+                          margins.initial_scaling(self.margin, mean))
 
     def scale(self, hp, state: CMAESState, generation: jax.Array) -> jax.Array:
-        return state.sigma * state.basis * state.scales[None, :]
+        return margins.scaled(state.scaling, state.sigma * state.basis * state.scales[None, :])
 
     def coefficients(self, hp, state: CMAESState, fitness: jax.Array) -> Coefficients:
         n = state.scales.shape[0]
@@ -166,7 +181,7 @@ class CMAES(Strategy):
 
     def update(self, hp, state: CMAESState, mean: jax.Array, coefficients: Coefficients, sums: Sums,
                generation: jax.Array) -> Step:
-        sigma, cov, basis, scales, path_sigma, path_cov = state
+        sigma, cov, basis, scales, path_sigma, path_cov, scaling = state
         n = mean.shape[0]
         k = constants(n, self.popsize)
         to_y = basis * scales[None, :]  # B D: z-space to y-space
@@ -184,20 +199,26 @@ class CMAES(Strategy):
         basis, scales = jax.lax.cond(generation % k.eigen_interval == k.eigen_interval - 1, eigen,
                                      lambda c: (basis, scales), cov)
         new_sigma = sigma * jnp.exp(k.c_sigma / k.d_sigma * (norm / k.chi_n - 1))
-        step = sigma * y_w
-        return Step(mean + step, CMAESState(new_sigma, cov, basis, scales, path_sigma, path_cov), y_w, step)
+        if self.margin is None:
+            step = sigma * y_w
+            return Step(mean + step, CMAESState(new_sigma, cov, basis, scales, path_sigma, path_cov), y_w, step)
+        std = new_sigma * jnp.sqrt(jnp.sum((basis * scales[None, :]) ** 2, axis=1))  # what the next members get
+        new_mean, scaling = margins.correct(self.margin, mean + sigma * scaling * y_w, std, scaling, self.popsize)
+        state = CMAESState(new_sigma, cov, basis, scales, path_sigma, path_cov, scaling)
+        return Step(new_mean, state, y_w, new_mean - mean)
 
     def stop_conditions(self, hp, state: CMAESState, mean, generation, criteria) -> dict[str, jax.Array]:
         n = mean.shape[0]
         axis = generation % n
-        step_on_axis = 0.1 * state.sigma * state.scales[axis] * state.basis[:, axis]
+        sigma = margins.scaled(state.scaling, state.sigma)  # sigma A with a margin
+        step_on_axis = 0.1 * sigma * state.scales[axis] * state.basis[:, axis]
         return {
-            "tolx": jnp.all(state.sigma * jnp.maximum(jnp.abs(state.path_cov), jnp.sqrt(_diagonal(state.cov)))
+            "tolx": jnp.all(sigma * jnp.maximum(jnp.abs(state.path_cov), jnp.sqrt(_diagonal(state.cov)))
                             < criteria.tolx),
             "tolupsigma": state.sigma / hp.sigma > criteria.tolupsigma * jnp.max(state.scales),
             "conditioncov": jnp.max(state.scales) ** 2 > criteria.conditioncov * jnp.min(state.scales) ** 2,
             "noeffectaxis": jnp.all(mean + step_on_axis == mean),
-            "noeffectcoord": jnp.any(mean + 0.2 * state.sigma * jnp.sqrt(_diagonal(state.cov)) == mean),
+            "noeffectcoord": jnp.any(mean + 0.2 * sigma * jnp.sqrt(_diagonal(state.cov)) == mean),
         }
 
 

@@ -18,6 +18,11 @@ mean of their ranks' weights), ``Sums.linear = sum_i w_i z_i`` and
 with ``h_sigma`` the stall indicator of ``|p_sigma|`` and ``dh = (1 - h_sigma)
 c_c (2 - c_c)``. The rank-mu rate is the full CMA-ES one scaled by ``(n + 2)
 / 3``, the separable version's faster learning of a diagonal.
+
+Integer variables (optional, ``es.strategies.margin``): with a ``margin`` attached, members are ``m + sigma A
+sqrt(C) z`` with ``A`` the state's ``scaling``, the mean steps by ``sigma A y_w``, and the margin then moves
+the mean and ``A`` of the integer coordinates (CMA-ES with margin). Without one (the default) ``scaling`` is
+``None`` and nothing above changes, bit for bit.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from es.noise import GaussianNoise, NoiseSource
+from es.strategies import margin as margins
 from es.strategies import shaping
 from es.strategies.base import Coefficients, PerCoordinate, Step, Strategy, Sums
 from es.strategies import recombination
@@ -45,12 +51,14 @@ class SepCMAESState(NamedTuple):
       cov: the diagonal ``C`` of the covariance.
       path_sigma: ``p_sigma``, the conjugate evolution path.
       path_cov: ``p_c``, the evolution path of ``C``.
+      scaling: ``A`` of CMA-ES with margin (``es.strategies.margin``); ``None`` without a margin.
     """
 
     sigma: jax.Array
     cov: PerCoordinate[jax.Array]
     path_sigma: PerCoordinate[jax.Array]
     path_cov: PerCoordinate[jax.Array]
+    scaling: PerCoordinate[jax.Array] | None = None
 
 
 class SepCMAESHyperparameters(NamedTuple):
@@ -104,6 +112,9 @@ class SepCMAES(Strategy):
       antithetic: sample mirrored pairs (off in the papers).
       maximize: whether the fitness is to be maximised.
       noise: ``es.GaussianNoise()`` or ``es.NoiseTable(...)``.
+
+    ``margin`` (not an argument: ``es.strategies.margin.attached(strategy, margin)``) keeps integer variables
+    moving (CMA-ES with margin); ``None`` by default.
     """
 
     popsize: int
@@ -111,6 +122,8 @@ class SepCMAES(Strategy):
     antithetic: bool = False
     maximize: bool = True
     noise: NoiseSource = GaussianNoise()
+    margin: margins.IntegerMargin | None = dataclasses.field(default=None, init=False, repr=False, metadata={
+        "why": "integer variables (es.minimize(integer_variables=...)): attached, not configured"})
 
     def __post_init__(self):
         self.check_common()
@@ -124,10 +137,11 @@ class SepCMAES(Strategy):
 
     def initial_state(self, hp: SepCMAESHyperparameters, mean: jax.Array) -> SepCMAESState:
         zeros = jnp.zeros(mean.shape, mean.dtype)
-        return SepCMAESState(jnp.asarray(hp.sigma, mean.dtype), jnp.ones(mean.shape, mean.dtype), zeros, zeros)
+        return SepCMAESState(jnp.asarray(hp.sigma, mean.dtype), jnp.ones(mean.shape, mean.dtype), zeros, zeros,
+                             margins.initial_scaling(self.margin, mean))
 
     def scale(self, hp, state: SepCMAESState, generation: jax.Array) -> jax.Array:
-        return state.sigma * jnp.sqrt(state.cov)
+        return margins.scaled(state.scaling, state.sigma * jnp.sqrt(state.cov))
 
     def coefficients(self, hp, state: SepCMAESState, fitness: jax.Array) -> Coefficients:
         weights = constants(state.cov.shape[0], self.popsize).weights
@@ -136,11 +150,11 @@ class SepCMAES(Strategy):
 
     def update(self, hp, state: SepCMAESState, mean: jax.Array, coefficients: Coefficients, sums: Sums,
                generation: jax.Array) -> Step:
-        sigma, cov, path_sigma, path_cov = state
+        sigma, cov, path_sigma, path_cov, scaling = state
         n = mean.shape[0]
         k = constants(n, self.popsize)
         y_w = jnp.sqrt(cov) * sums.linear
-        step = sigma * y_w
+        step = margins.scaled(scaling, sigma * y_w)
         path_sigma = (1 - k.c_sigma) * path_sigma + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * sums.linear
         norm = jnp.linalg.norm(path_sigma)
         sigma = sigma * jnp.exp(k.c_sigma / k.d_sigma * (norm / k.chi_n - 1))
@@ -151,13 +165,17 @@ class SepCMAES(Strategy):
         delta_h = (1 - h_sigma) * k.c_c * (2 - k.c_c)
         decay = 1 + k.c_1 * delta_h - k.c_1 - k.c_mu * jnp.sum(coefficients.square)
         cov = decay * cov + k.c_1 * path_cov**2 + k.c_mu * cov * sums.square
-        return Step(mean + step, SepCMAESState(sigma, cov, path_sigma, path_cov), y_w, step)
+        if self.margin is None:
+            return Step(mean + step, SepCMAESState(sigma, cov, path_sigma, path_cov), y_w, step)
+        new_mean, scaling = margins.correct(self.margin, mean + step, sigma * jnp.sqrt(cov), scaling, self.popsize)
+        return Step(new_mean, SepCMAESState(sigma, cov, path_sigma, path_cov, scaling), y_w, new_mean - mean)
 
     def stop_conditions(self, hp, state: SepCMAESState, mean, generation, criteria) -> dict[str, jax.Array]:
         std = jnp.sqrt(state.cov)
+        sigma = margins.scaled(state.scaling, state.sigma)  # sigma A with a margin
         return {
-            "tolx": jnp.all(state.sigma * jnp.maximum(jnp.abs(state.path_cov), std) < criteria.tolx),
+            "tolx": jnp.all(sigma * jnp.maximum(jnp.abs(state.path_cov), std) < criteria.tolx),
             "tolupsigma": state.sigma / hp.sigma > criteria.tolupsigma * jnp.max(std),
             "conditioncov": jnp.max(state.cov) > criteria.conditioncov * jnp.min(state.cov),
-            "noeffectcoord": jnp.any(mean + 0.2 * state.sigma * std == mean),
+            "noeffectcoord": jnp.any(mean + 0.2 * sigma * std == mean),
         }

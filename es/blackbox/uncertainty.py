@@ -1,0 +1,80 @@
+"""Noisy objectives, ``es.minimize(noisy=True)``: uncertainty handling after Hansen, Niederberger, Guzzella &
+Koumoutsakos, "A method for handling uncertainty in evolutionary optimization with an application to
+feedback control of combustion" (IEEE TEC 13(1), 2009), with the settings of pycma's ``NoiseHandler``
+(``cma.fmin2(..., noise_handler=True)``).
+
+**Measuring the noise.** Each generation, ``lambda_r = 2 + lambda / 20`` members (stochastically rounded:
+the first ``lambda_r - lambda_r // 2`` in member order, a random choice, and the best of the others) are
+evaluated again. The ``2 lambda`` values, first and second evaluations together, are ranked; for each
+re-evaluated member with ranks ``r1``, ``r2``::
+
+    s_i = |r1 - r2 - sign(r1 - r2)| - max(1, L_i)
+
+where ``L_i`` is the mean of the ``theta = 0.5`` quantiles (25th percentile) of the rank distances from
+``r1`` and from ``r2`` to every rank (the rank change that noise-free values would make by chance).
+``s <- (1 - c_s) s + c_s mean_i s_i`` with ``c_s = 0.3``.
+
+**Treating it.** While ``s > 0`` (the ranking is dominated by noise) sigma grows by ``alpha = 1 + 2 / (n +
+10)`` after the update, so that the distribution's steps keep above the noise. A re-evaluated member is
+ranked by the mean of its two values.
+
+**The result.** The best single value of a noisy function is mostly luck. Each run's final mean (as ``fun``
+sees it) is evaluated ``FINAL_EVALUATIONS`` times, the evaluations reserved from the budget; ``result.x``
+is the one with the best mean value, and ``result.fun`` that mean.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+CUMULATION = 0.3
+THETA = 0.5
+FINAL_EVALUATIONS = 10
+"""Evaluations of each run's final mean, whose average picks ``result.x``."""
+
+
+class Noise(NamedTuple):
+    """The cumulated noise measure ``s`` of one run (> 0: noise dominates the ranking)."""
+
+    level: float = 0.0
+
+
+def reevaluated(fitness: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The indices of the members to evaluate again, from the generation's first values ``fitness``."""
+    popsize = fitness.size
+    count = 2 + popsize / 20
+    count = min(popsize, int(count) + int(count % 1 > rng.uniform()))
+    first = count - count // 2
+    rest = np.argsort(_finite(fitness[first:]), kind="stable")[:count - first] + first
+    return np.concatenate([np.arange(first), rest]).astype(np.int64)
+
+
+def measured(noise: Noise, first: np.ndarray, second: np.ndarray, index: np.ndarray) -> Noise:
+    """The measure after a generation: ``first`` the values of every member, ``second`` those of the members
+    ``index`` evaluated again (float[len(index)])."""
+    popsize = first.size
+    again = np.array(first, np.float64, copy=True)
+    again[index] = second
+    order = np.argsort(np.concatenate([_finite(first), _finite(again)]), kind="stable")
+    ranks = np.empty(2 * popsize, np.int64)
+    ranks[order] = np.arange(2 * popsize)
+    r1, r2 = ranks[:popsize][index], ranks[popsize:][index]
+    delta = r1 - r2 - np.sign(r1 - r2)
+    every = np.arange(1, 2 * popsize)
+    limits = [0.5 * (np.percentile(np.abs(every - (a + 1 - (a > b))), THETA * 50, method="hazen")
+                     + np.percentile(np.abs(every - (b + 1 - (b > a))), THETA * 50, method="hazen"))
+              for a, b in zip(r1, r2)]
+    s = np.abs(delta) - np.maximum(limits, 1.0)
+    return Noise(noise.level + CUMULATION * (float(np.mean(s)) - noise.level))
+
+
+def sigma_factor(noise: Noise, dim: int) -> float:
+    """What sigma is multiplied by after the generation: ``1 + 2 / (n + 10)`` while noise dominates, else 1."""
+    return 1.0 + 2.0 / (dim + 10) if noise.level > 0 else 1.0
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    """``values`` with NaN as +inf (failed members rank last)."""
+    return np.where(np.isnan(values), np.inf, values)

@@ -1,0 +1,254 @@
+"""es.minimize's options: bounds, constraints, integer variables and noise (issue 44).
+
+Every guarantee on every kind of objective (a Python callable, a JAX function, an es.HostFitness), with
+restarts and in float64: fun is never called outside the box, never sees a non-integral integer variable;
+result.x is in the box, integral, the best feasible point (the result saying whether one was found and the
+largest violation there), and with noise the point with the best estimate. Then every refusal. The tests
+share one objective per kind and dimension 4 (popsize 8), so their programs compile once."""
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+from test_validation import raises
+
+import es
+from es.blackbox import bounds as bounds_layer
+from es.blackbox import constraints as constraints_layer
+from es.blackbox import uncertainty
+from es.strategies import margin
+
+DIM = 4
+LOWER, UPPER = np.array([-1.0, -1.0, 0.5, -np.inf]), np.array([1.0, 0.25, 3.0, np.inf])
+OPTIMUM = np.full(DIM, 2.0)  # outside the box on the first two coordinates
+X0 = np.array([0.0, 0.0, 1.0, 0.0])
+
+
+def sphere(x):
+    return float(np.sum((np.asarray(x) - OPTIMUM) ** 2))
+
+
+def jax_sphere(x):
+    return jnp.sum((x - OPTIMUM) ** 2)
+
+
+class Recorder:
+    """A Python objective that keeps every point it is called with (and checks it is float64)."""
+
+    def __init__(self, fun=sphere):
+        self.fun, self.points, self.values = fun, [], []
+
+    def __call__(self, x):
+        assert isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == (DIM,)
+        self.points.append(np.array(x))
+        self.values.append(self.fun(x))
+        return self.values[-1]
+
+    @property
+    def seen(self) -> np.ndarray:
+        return np.array(self.points)
+
+
+def in_box(points):
+    return np.all((points >= LOWER) & (points <= UPPER))
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def test_bounds_a_python_objective_is_only_called_inside_the_box_across_restarts():
+    recorder = Recorder()
+    result = es.minimize(recorder, X0, 1.0, max_evals=1500, bounds=(LOWER, UPPER), restarts="ipop")
+    assert len(recorder.points) == result.nfev > 0 and in_box(recorder.seen)
+    assert in_box(result.x) and result.x.dtype == np.float64
+    np.testing.assert_allclose(result.x, [1.0, 0.25, 2.0, 2.0], atol=1e-3)  # the box's closest point
+    assert result.fun == sphere(result.x) and result.feasible and result.violation == 0.0
+    assert len(result.restarts) >= 2
+
+
+def test_bounds_a_jax_objective_is_only_called_inside_the_box():
+    seen = []
+
+    def recorded(x):
+        jax.debug.callback(lambda value: seen.append(np.asarray(value)), x)
+        return jax_sphere(x)
+
+    result = es.minimize(recorded, X0, 1.0, max_evals=800, bounds=scipy.optimize.Bounds(LOWER, UPPER))
+    jax.effects_barrier()
+    assert len(seen) == result.nfev and in_box(np.array(seen))
+    assert in_box(result.x) and result.fun == pytest.approx(sphere(result.x))
+    np.testing.assert_allclose(result.x[:2], [1.0, 0.25], atol=1e-2)
+
+
+def test_the_box_map_is_pycmas_and_the_start_its_preimage():
+    cma = pytest.importorskip("cma", reason="pycma, the reference: pip install -e '.[bench]'")
+    rng = np.random.default_rng(1)
+    box = bounds_layer.Box(LOWER, UPPER)
+    x = rng.normal(size=(200, DIM)) * np.array([[3.0], [30.0], [3e3], [3e6]]).repeat(50, 0)
+    reference = cma.boundary_handler.BoundTransform([list(LOWER), list(UPPER)])
+    mapped = bounds_layer.transform(box, x)
+    np.testing.assert_allclose(mapped, [reference.repair(row) for row in x], rtol=1e-12, atol=1e-12)
+    assert in_box(mapped)
+    inside = np.array([[-1.0, 0.25, 0.5, 7.0], [0.99, -0.3, 2.9, -1e9]])
+    np.testing.assert_allclose(bounds_layer.transform(box, bounds_layer.inverse(box, inside)), inside, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- integer variables
+
+
+def test_integer_variables_are_integral_whenever_fun_sees_them_and_in_the_result():
+    recorder = Recorder()
+    result = es.minimize(recorder, X0, 1.0, max_evals=1200, integer_variables=[0, 2],
+                         bounds=(LOWER, UPPER), restarts="bipop", seed=2)
+    seen = recorder.seen
+    assert np.all(seen[:, [0, 2]] == np.round(seen[:, [0, 2]])) and in_box(seen)
+    assert len(np.unique(seen[:, 2])) >= 2  # it moved on an integer coordinate
+    np.testing.assert_allclose(result.x, [1.0, 0.25, 2.0, 2.0], atol=1e-3)
+    assert result.x[2] == 2.0 and result.fun == sphere(result.x)
+
+
+def test_the_margin_keeps_an_integer_coordinate_moving_where_plain_cma_es_freezes():
+    """On f(x) = round(x_0)^2 + x_1^2 + ..., the rounded coordinate's value is flat around its optimum: without
+    a margin its variance collapses with sigma; with one it keeps trying another value."""
+    def rounded(x):
+        return np.round(x[:, 0]) ** 2 + np.sum(x[:, 1:] ** 2, axis=1)
+
+    changes = {}
+    with importlib.import_module("es.blackbox.minimize").float64():
+        for name, attach in (("plain", None), ("margin", margin.IntegerMargin((0,), (-np.inf,), (np.inf,)))):
+            strategy = margin.attached(es.CMAES(popsize=8, sigma=0.5, maximize=False), attach)
+            state = strategy.init(jax.random.key(0), jnp.full(DIM, 0.3))
+            others = 0
+            for generation in range(250):
+                x = np.asarray(es.ask(strategy, state))
+                others += generation >= 150 and np.any(np.round(x[:, 0]) != 0)
+                state, _ = es.tell(strategy, state, rounded(x))
+            changes[name] = others
+    assert changes["plain"] == 0 and changes["margin"] >= 5, changes
+
+
+# --------------------------------------------------------------------------- constraints
+
+
+def linear_constraints(x):
+    return np.array([x[0] + x[1] - 1.0, x[2]])
+
+
+def jax_constraints(x):
+    return jnp.stack([x[0] + x[1] - 1.0, x[2]])
+
+
+@pytest.mark.parametrize("g", [linear_constraints, jax_constraints], ids=["python", "jax"])
+def test_constraints_give_the_best_feasible_point(g):
+    recorder = Recorder()
+    result = es.minimize(recorder, np.zeros(DIM), 0.5, max_evals=3000, constraints=g)
+    assert result.feasible and result.violation == 0.0 and np.all(linear_constraints(result.x) <= 0)
+    np.testing.assert_allclose(result.x, [0.5, 0.5, 0.0, 2.0], atol=1e-3)  # on the active constraints
+    feasible = [p for p in recorder.points if np.all(linear_constraints(p) <= 0)]
+    assert result.fun == min(sphere(p) for p in feasible) == sphere(result.x)
+    assert result.ngev == result.nfev == len(recorder.points)
+
+
+def test_without_a_feasible_point_the_result_says_so_and_gives_the_least_violation():
+    result = es.minimize(jax_sphere, np.zeros(DIM), 0.5, max_evals=400,
+                         constraints=lambda x: jnp.stack([x[0] ** 2 + 1.0, -x[1]]))
+    assert not result.feasible and not result.success
+    assert result.violation == pytest.approx(result.x[0] ** 2 + 1.0) and result.violation >= 1.0
+
+
+def test_the_augmented_lagrangian_penalty_is_atamnas():
+    al = constraints_layer.Lagrangian(lam=np.array([2.0, 0.0]), mu=np.array([4.0, 1.0]))
+    g = np.array([[0.5, -1.0], [-1.0, 3.0]])
+    # member 0: 2*0.5 + 4*0.25/2, and g_2 = -1 is clipped at -lam/mu = 0; member 1: g_1 clipped at -0.5
+    np.testing.assert_allclose(constraints_layer.penalties(al, g), [1.5, -2.0 ** 2 / (2 * 4.0) + 4.5])
+
+
+# --------------------------------------------------------------------------- noise
+
+
+def test_noisy_gives_the_point_with_the_best_estimate_not_the_luckiest_evaluation():
+    rng = np.random.default_rng(0)
+
+    def noisy(x):
+        return float(np.sum(x**2) + rng.standard_normal())
+
+    recorder = Recorder(noisy)
+    result = es.minimize(recorder, np.full(DIM, 2.0), 1.0, max_evals=1500, noisy=True, restarts="ipop")
+    values = np.array(recorder.values)
+    at_x = np.all(recorder.seen == result.x, axis=1)
+    assert at_x.sum() >= uncertainty.FINAL_EVALUATIONS
+    assert result.fun == pytest.approx(np.mean(values[at_x][-uncertainty.FINAL_EVALUATIONS:]))
+    assert values.min() < result.fun and np.sum(result.x**2) < 0.5
+    assert result.nfev == len(recorder.points) <= 1500
+
+
+def test_the_noise_measure_rises_with_noise_and_falls_without():
+    rng = np.random.default_rng(3)
+    ordered = np.arange(20.0)
+    index = uncertainty.reevaluated(ordered, rng)
+    quiet = uncertainty.measured(uncertainty.Noise(), ordered, ordered[index], index)
+    loud = uncertainty.measured(uncertainty.Noise(), ordered, rng.permutation(ordered)[index] * 0 + rng.uniform(
+        0, 20, index.size), index)
+    assert quiet.level < 0 < loud.level
+    assert uncertainty.sigma_factor(loud, 10) == 1 + 2 / 20 and uncertainty.sigma_factor(quiet, 10) == 1.0
+
+
+# --------------------------------------------------------------------------- all four, on the host
+
+
+def test_all_four_options_with_an_host_fitness():
+    if not hasattr(es.HostFitness, "evaluate_batch"):
+        pytest.skip("es.HostFitness.evaluate_batch (issue 42) has not landed")
+
+    def checked(params, seed):
+        assert np.all((params >= LOWER) & (params <= UPPER)) and params[0] == np.round(params[0])
+        return float(np.sum((params - OPTIMUM) ** 2))
+
+    with es.HostFitness(checked, num_workers=2) as fitness:
+        result = es.minimize(fitness, X0, 1.0, max_evals=800, bounds=(LOWER, UPPER), integer_variables=[0],
+                             constraints=lambda x: x[:1] + x[1:2] - 1.0, noisy=True)
+    assert result.feasible and in_box(result.x) and result.x[0] == np.round(result.x[0])
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+class Growing:
+    """A Python constraint function whose second call returns one value more than its first."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, x):
+        value = float(x[0])  # a Python function: tracing it fails here
+        self.calls += 1
+        return np.full(2 + (self.calls > 1), value)
+
+
+@pytest.mark.parametrize("kwargs, error, fragments", [
+    (dict(bounds=(1.0, 2.0)), ValueError, ["x0 is outside the box", "flat index 0", "np.clip"]),
+    (dict(bounds=(np.ones(DIM), -np.ones(DIM))), ValueError, ["lower must be below upper", "flat index 0"]),
+    (dict(bounds=(np.nan, 1.0)), ValueError, ["lower holds NaN", "np.inf"]),
+    (dict(bounds=(np.zeros(3), 1.0)), ValueError, ["lower must be a number or shaped like x0", "[4]"]),
+    (dict(bounds=[-1.0]), TypeError, ["bounds must be (lower, upper)", "scipy.optimize.Bounds"]),
+    (dict(bounds=bounds_layer.Box(-1.0, 1.0, "clip")), ValueError, ["method must be one of"]),
+    (dict(integer_variables=[0, 4]), ValueError, ["index 4 is out of range", "0 to 3"]),
+    (dict(integer_variables=[1, -3]), ValueError, ["flat index 1 is given more than once"]),
+    (dict(integer_variables=[0.5]), TypeError, ["list of int indices", "0.5"]),
+    (dict(integer_variables=[2], bounds=(0.2, 0.4), x0=np.full(DIM, 0.3)), ValueError,
+     ["integer variable 2", "[0.2, 0.4]", "hold no integer"]),
+    (dict(integer_variables=[0], strategy=es.SNES(popsize=8)), ValueError, ["integer_variables needs es.CMAES"]),
+    (dict(noisy=True, strategy=es.SNES(popsize=8)), ValueError, ["noisy needs es.CMAES"]),
+    (dict(noisy="yes"), TypeError, ["noisy must be True or False"]),
+    (dict(constraints=3), TypeError, ["constraints must be a callable g(x)"]),
+    (dict(constraints=lambda x: jnp.outer(x, x)), TypeError, ["a number or a 1-D array", "[4, 4]"]),
+    (dict(constraints=Growing()), ValueError, ["returned 3 values", "but 2 before"]),
+    (dict(constraints=lambda x: "no"), TypeError, ["a number or a 1-D array", "'no'"]),
+])
+def test_bad_options_are_refused_naming_the_argument_and_the_fix(kwargs, error, fragments):
+    x0 = kwargs.pop("x0", np.zeros(DIM))
+    with raises(error, *fragments):
+        es.minimize(sphere, x0, 0.5, max_evals=200, **kwargs)
