@@ -4,6 +4,11 @@
     python -m experiments.bench.coco --dims 2,3 --instances 1-3 --functions 1-24 --solvers pycma
     python -m experiments.bench.coco --postprocess DIR_ES DIR_PYCMA      # cocopp's ECDFs of two COCO folders
     python -m experiments.bench.coco --report A-problems.jsonl B-problems.jsonl   # the table of split sweeps
+    python -m experiments.bench.coco --suite bbob-boxed                  # bbob-constrained, bbob-mixint, bbob-noisy
+
+``--suite`` runs another of COCO's suites, each solver with its option for it (bounds, constraints, integer
+variables, noise); ``experiments/bench/coco_suites.py`` says what each gets and how "solved" reads there.
+The rest of this docstring is the bbob sweep's, and holds for every suite.
 
 What runs. Every bbob problem of ``--dims`` (default 2, 3, 5, 10, 20),
 ``--functions`` (1-24) and ``--instances`` (1-15: positions in cocoex's list
@@ -84,6 +89,7 @@ import warnings
 
 import numpy as np
 
+from experiments.bench import coco_suites
 from experiments.bench.common import (CompileClock, machine_description, markdown_table, use_compilation_cache,
                                       write_results)
 
@@ -156,21 +162,26 @@ def es_available() -> bool:
     return hasattr(es, "minimize")
 
 
-def run_es(problem, x0, max_evals: int, target: float, seed: int) -> dict:
+def run_es(problem, x0, max_evals: int, target: float, seed: int, suite: str = "bbob") -> dict:
     import es
 
-    result = es.minimize(problem, x0, SIGMA0, max_evals=max_evals, restarts="bipop", target=target, seed=seed)
+    result = es.minimize(problem, x0, SIGMA0, max_evals=max_evals, restarts="bipop", target=target, seed=seed,
+                         **coco_suites.es_options(suite, problem))
     return {"restarts": _jsonable(getattr(result, "restarts", None)), "stop": _jsonable(getattr(result, "stop", None)),
             "nfev": _jsonable(getattr(result, "nfev", None))}
 
 
-def run_pycma(problem, x0, max_evals: int, target: float, seed: int) -> dict:
+def run_pycma(problem, x0, max_evals: int, target: float, seed: int, suite: str = "bbob") -> dict:
     import cma
 
     options = {"maxfevals": max_evals, "ftarget": target, "seed": seed, "verbose": -9}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pycma's notes on flat fitness, sigma changes, ...; verbose=-9 keeps the rest
-        _, strategy = cma.fmin2(problem, x0, SIGMA0, options, restarts=PYCMA_RESTARTS, bipop=True)
+    if suite != "bbob":
+        strategy = coco_suites.run_pycma(suite, problem, x0, {"max_evals": max_evals, "target": target, "seed": seed,
+                                                              "sigma0": SIGMA0, "restarts": PYCMA_RESTARTS})
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pycma's notes on flat fitness, sigma changes, ...; verbose=-9: the rest
+            _, strategy = cma.fmin2(problem, x0, SIGMA0, options, restarts=PYCMA_RESTARTS, bipop=True)
     runs = [stop for stop in strategy.all_stoppings if stop is not None]  # one dict per run (a None first)
     return {"restarts": len(runs) - 1, "stop": sorted(strategy.stop()),
             "nfev": int(strategy.countevals)}
@@ -188,7 +199,7 @@ def _jsonable(value):
 
 
 def solve(solver: str, problem, result_folder: str, budget: int, seed: int, x0_mode: str,
-          clock: CompileClock | None = None) -> dict:
+          clock: CompileClock | None = None, suite: str = "bbob") -> dict:
     """Run ``solver`` on the observed ``problem``; its record (best f - f_opt, targets hit, evaluations, seconds)."""
     dim, function, instance = problem.dimension, problem.id_function, problem.id_instance
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -200,14 +211,16 @@ def solve(solver: str, problem, result_folder: str, budget: int, seed: int, x0_m
     error = None
     try:
         with clock.measuring() if clock else contextlib.nullcontext():
-            info = RUNNERS[solver](problem, x0, budget - problem.evaluations, f_opt + FINAL_TARGET, seed)
+            info = RUNNERS[solver](problem, x0, budget - problem.evaluations, f_opt + FINAL_TARGET, seed,
+                                   **({"suite": suite} if suite != "bbob" else {}))
     except Exception as e:  # a crash is a result of this benchmark, not the end of it
         error = f"{type(e).__name__}: {e}"
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    delta = problem.best_observed_fvalue1 - f_opt
+    delta = coco_suites.best_delta(suite, problem, f_opt, dat_path(result_folder, function, dim))
     record = {
-        "solver": solver, "id": problem.id, "dim": dim, "function": function, "instance": instance, "seed": seed,
-        "f_opt": f_opt, "best_delta": delta, "hits": hits(delta), "final_target_hit": bool(problem.final_target_hit),
+        "suite": suite, "solver": solver, "id": problem.id, "dim": dim, "function": function, "instance": instance, "seed": seed,
+        "f_opt": f_opt, "best_delta": delta, "hits": hits(delta),
+        "final_target_hit": coco_suites.final_hit(suite, bool(problem.final_target_hit), delta, FINAL_TARGET),
         "evaluations": int(problem.evaluations), "budget": budget, "seconds": seconds,
         "cpu_seconds": cpu_seconds, **info,
     }
@@ -216,8 +229,8 @@ def solve(solver: str, problem, result_folder: str, budget: int, seed: int, x0_m
         record["compiles"] = clock.compiles - compile_before[1]
     if error:
         record["error"] = error
-    if record["final_target_hit"] != (delta <= FINAL_TARGET):
-        raise AssertionError(f"{problem.id}: cocoex says final_target_hit={record['final_target_hit']}, but best "
+    if not coco_suites.agrees(suite, bool(problem.final_target_hit), delta, FINAL_TARGET):
+        raise AssertionError(f"{problem.id}: cocoex says final_target_hit={problem.final_target_hit}, but best "
                              f"f - f_opt = {delta:.3e} with f_opt = {f_opt} read from COCO's .dat header")
     return record
 
@@ -296,7 +309,7 @@ def table(rows: list[dict]) -> str:
 
 
 def sweep(dims, functions, instances, solvers, budget_multiplier: float, coco_dir: str, tag: str, seed: int,
-          x0_mode: str, out: str | None, log=print) -> dict:
+          x0_mode: str, out: str | None, log=print, suite: str = "bbob") -> dict:
     """Run every solver on every problem; write the rows (and COCO's folders) as dimensions complete."""
     import cocoex
 
@@ -307,12 +320,12 @@ def sweep(dims, functions, instances, solvers, budget_multiplier: float, coco_di
         import jax
 
         jax.block_until_ready(jax.numpy.zeros(1))  # JAX's backend starts before any clock, too
-    observers = {s: cocoex.Observer("bbob", f"result_folder: {tag}-{s} algorithm_name: {s}-bipop "
+    observers = {s: cocoex.Observer(suite, f"result_folder: {tag}-{s} algorithm_name: {s}-bipop "
                                              f"outer_folder: {os.path.abspath(coco_dir)}") for s in solvers}
     folders = {s: observers[s].result_folder for s in solvers}
     problems_log = os.path.join(coco_dir, f"{tag}-problems.jsonl")
     log(f"COCO data: {', '.join(f'{s}: {f}' for s, f in folders.items())}; per-problem records: {problems_log}")
-    config = {"dims": list(dims), "functions": list(functions), "instances": list(instances), "solvers": list(solvers),
+    config = {"suite": suite, "dims": list(dims), "functions": list(functions), "instances": list(instances), "solvers": list(solvers),
               "budget_multiplier": budget_multiplier, "sigma0": SIGMA0, "x0": x0_mode, "seed": seed,
               "pycma_restarts": PYCMA_RESTARTS, "targets": "10^(2 - k/5), k = 0..50", "coco_folders": folders}
     records: list[dict] = []
@@ -322,7 +335,7 @@ def sweep(dims, functions, instances, solvers, budget_multiplier: float, coco_di
         for dim in dims:
             options = (f"dimensions:{dim} instance_indices:{','.join(map(str, instances))} "
                        f"function_indices:{','.join(map(str, functions))}")
-            suites = {s: cocoex.Suite("bbob", "", options) for s in solvers}
+            suites = {s: cocoex.Suite(suite, "", options) for s in solvers}
             budget = int(budget_multiplier * dim)
             for index in range(len(suites[solvers[0]])):
                 order = solvers if index % 2 == 0 else solvers[::-1]  # neither always runs first
@@ -332,7 +345,7 @@ def sweep(dims, functions, instances, solvers, budget_multiplier: float, coco_di
                     problem.observe_with(observers[solver])
                     record = solve(solver, problem, folders[solver], budget,
                                    problem_seed(seed, dim, problem.id_function, problem.id_instance), x0_mode,
-                                   clock if solver == "es" else None)
+                                   clock if solver == "es" else None, suite)
                     problem.free()
                     records.append(record)
                     with open(problems_log, "a") as f:
@@ -398,8 +411,12 @@ def postprocess(folders: list[str], outdir: str, log=print) -> list[str]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dims", default=",".join(map(str, DIMS)), help="dimensions, e.g. 2,3,5 (default %(default)s)")
-    parser.add_argument("--functions", default="1-24", help="bbob function indices, e.g. 1-5,8 (default %(default)s)")
+    parser.add_argument("--suite", choices=coco_suites.SUITES, default="bbob",
+                        help="COCO's suite (default %(default)s); experiments/bench/coco_suites.py")
+    parser.add_argument("--dims", default=None, help="dimensions, e.g. 2,3,5 (default: 2,3,5,10,20 for bbob, "
+                                                    "5,10,20 for bbob-mixint, 2,5,10,20 for the others)")
+    parser.add_argument("--functions", default=None, help="function indices, e.g. 1-5,8 (default: all the suite's: "
+                                                         "1-24, bbob-constrained 1-54, bbob-noisy 1-30)")
     parser.add_argument("--instances", default="1-15", help="instance indices, e.g. 1-3 (default %(default)s)")
     parser.add_argument("--budget-multiplier", type=float, default=BUDGET_MULTIPLIER,
                         help="evaluations per problem = this x D (default %(default)g)")
@@ -446,9 +463,12 @@ def main(argv=None) -> None:
             return
     use_compilation_cache(args.compilation_cache)
     print(machine_description())
-    result = sweep(parse_indices(args.dims), parse_indices(args.functions), parse_indices(args.instances), solvers,
-                   args.budget_multiplier, args.coco_dir, args.tag or time.strftime("%Y%m%d-%H%M%S"), args.seed,
-                   args.x0, args.out or os.path.join(RESULTS, "coco.json"))
+    suite = args.suite
+    dims = parse_indices(args.dims or ",".join(map(str, coco_suites.dims(suite))))
+    result = sweep(dims, parse_indices(args.functions or coco_suites.functions(suite)), parse_indices(args.instances),
+                   solvers, args.budget_multiplier, args.coco_dir, args.tag or time.strftime("%Y%m%d-%H%M%S"),
+                   args.seed, args.x0, args.out or os.path.join(RESULTS, "coco.json" if suite == "bbob" else
+                                                                 f"coco-{suite}.json"), suite=suite)
     if args.cocopp:
         postprocess(list(result["folders"].values()), ppdir)
 
