@@ -48,8 +48,10 @@ checkpoint that was refused (nothing ran, and the run directory is byte for
 byte as it was); 74 the run directory cannot be written (no space left, a
 read-only file system: the message names the file and the cause; nothing
 half-written is left, and ``--resume RUN_DIR`` continues once it is fixed);
-130 / 143 stopped by SIGINT / SIGTERM after checkpointing the segment in
-progress (continue with ``--resume RUN_DIR``); 1 anything else.
+130 / 143 stopped by SIGINT / SIGTERM: the first signal checkpoints the segment
+in progress (for a gymnasium task, the generation in progress) and stops, a
+second stops at once, keeping the last checkpoint (continue with ``--resume
+RUN_DIR`` either way); 1 anything else.
 """
 
 from __future__ import annotations
@@ -283,7 +285,22 @@ def _train(args, run_dir, config, resuming, task, strategy, fitness, state, mesh
     except es.RunDirError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CANNOT_WRITE
+    except (KeyboardInterrupt, SystemExit) as stopped:
+        return _stopped_at_once(stopped, run_dir)
     return 0 if result.completed else 128 + result.stopped_by
+
+
+def _stopped_at_once(stopped: BaseException, run_dir: pathlib.Path) -> int:
+    """The exit status after a second signal stopped the run at once (``es.run`` raised ``KeyboardInterrupt`` or
+    ``SystemExit(143)``), with a line saying what is left; any other ``SystemExit`` goes on."""
+    import signal
+
+    if isinstance(stopped, SystemExit) and stopped.code != 128 + signal.SIGTERM:
+        raise stopped
+    status = 128 + (signal.SIGINT if isinstance(stopped, KeyboardInterrupt) else signal.SIGTERM)
+    print(f"\nstopped at once by a second {signal.Signals(status - 128).name}: {run_dir} keeps its last complete "
+          f"checkpoint; continue with: python -m experiments.train --resume {run_dir}", file=sys.stderr, flush=True)
+    return status
 
 
 def _train_sweep(args, sweep_dir, base, seeds, axes, runs, resuming, strategies, fitness, states, mesh) -> int:
@@ -319,6 +336,8 @@ def _train_sweep(args, sweep_dir, base, seeds, axes, runs, resuming, strategies,
     except es.RunDirError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CANNOT_WRITE
+    except (KeyboardInterrupt, SystemExit) as stopped:
+        return _stopped_at_once(stopped, sweep_dir)
     return 0 if results[0].completed else 128 + results[0].stopped_by
 
 

@@ -6,6 +6,7 @@ short timeouts; pools are closed at the end of every test.
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "workers"))
 from host_run import GENERATIONS, INTERRUPTED, STRATEGY, host_problem, initial_state  # noqa: E402
 
+from helpers import wait_until_dead  # noqa: E402
+
 CHILD_TIMEOUT = 150
 
 
@@ -42,21 +45,6 @@ def evolve_with(fn, generations=GENERATIONS, devices=1, **options):
         return es.evolve(STRATEGY, fitness, initial_state(), generations, mesh=es.make_mesh(devices))
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_until_dead(pids, timeout=10.0) -> list:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if pid_alive(p)]
-
-
 # ------------------------------------------------------------------ results
 
 
@@ -70,6 +58,12 @@ def test_results_do_not_depend_on_num_workers_or_the_device_count():
     for state, _ in others:
         np.testing.assert_array_equal(np.asarray(state.params["x"]), np.asarray(reference.params["x"]))
         assert float(state.best_fitness) == float(reference.best_fitness)
+
+
+def test_zero_generations_give_the_state_and_empty_metrics_of_the_generation_dtypes():
+    state, metrics = evolve_with(host_problem, generations=0, devices=2, num_workers=1)
+    assert int(state.generation) == 0 and set(metrics) == set(es.METRIC_NAMES)
+    assert metrics["fitness_mean"].shape == (0,) and metrics["stop"].dtype == jnp.int32
 
 
 def test_fn_gets_numpy_params_of_each_member_and_the_seed_of_its_evaluation_key():
@@ -98,6 +92,38 @@ def test_a_stateful_host_fitness_folds_every_members_stats_into_the_state_in_mem
         state, _ = es.evolve(STRATEGY, fitness, state, 2, mesh=es.make_mesh(2))
     # generation 0: 8 members report 0 + 1; generation 1: 8 members report 8 + 1.
     assert float(state.fitness_state["count"]) == 8 * 1 + 8 * 9
+
+
+def test_a_host_generation_runs_no_collective_until_its_fitnesses_are_on_the_devices():
+    # The members program (run while nothing is evaluated) has no collective; the update program takes the
+    # fitnesses as its input, so it starts once the host has evaluated every member of every device.
+    from es.engine import host_loop
+    from es.parallel.distributed import replicate
+
+    mesh = es.make_mesh(2)
+    state = replicate(initial_state(), mesh)
+    hp = STRATEGY.hyperparameters(5)
+    members = host_loop._members_compiled.lower(STRATEGY.program(), "member", mesh, hp, state).as_text()
+    sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(es.POPULATION_AXIS))
+    values = es.fitness.Fitnesses(*(jax.ShapeDtypeStruct((8,), jnp.float32, sharding=sharded),) * 2)
+    update = host_loop._update_compiled.lower(STRATEGY.program(), None, mesh, es.engine.resolve_execution(
+        STRATEGY, es.Layout.of(state.params), "fitness", None, None), hp, state, values, ()).as_text()
+    collectives = ("all_gather", "all_reduce", "all_to_all", "collective_permute", "reduce_scatter")
+    assert not [op for op in collectives if op in members]
+    assert "all_gather" in update
+
+
+def test_devices_whose_shares_finish_seconds_apart_neither_abort_nor_print_xla_logs(tmp_path):
+    """XLA's CPU collectives print "may be stuck" and abort the process (SIGABRT) when a device waits in one
+    longer than their timeouts (20 s and 40 s): lowered to 1 s here, with one worker for a 2-device population of
+    members that take 0.5 s each (where each device waited for its own share, they finished 2 s apart)."""
+    flags = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=1 "
+             "--xla_cpu_collective_call_terminate_timeout_seconds=1")
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path), "--slow"],
+                          env=child_env(JAX_NUM_CPU_DEVICES="2", XLA_FLAGS=flags), cwd=REPO, capture_output=True,
+                          text=True, timeout=CHILD_TIMEOUT)
+    assert proc.returncode == 0 and "done 0 invalid" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert not re.search(r"^[IWEF]\d{4} |rendezvous|stuck", proc.stderr, re.M), proc.stderr[-3000:]
 
 
 # ------------------------------------------------------------------ failures

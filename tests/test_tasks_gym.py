@@ -97,6 +97,21 @@ def test_common_random_numbers_give_the_members_compared_the_same_episodes(share
     assert np.all(stds > 1.0) if spread else np.all(stds < 1e-2), stds
 
 
+@pytest.mark.slow
+def test_ants_defaults_with_common_random_numbers_give_the_same_params_on_one_and_two_devices():
+    task = tasks.make("gymnasium:Ant-v5", num_workers=2, training_steps=10)
+    assert task.common_random_numbers == "generation"
+    strategy = tasks.default_strategy(task)  # ARS, popsize 120
+    runs = []
+    with task.host_fitness:
+        for devices in (1, 2):
+            state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(0)), fitness=task.fitness)
+            runs.append(es.evolve(strategy, task.fitness, state, 2, mesh=es.make_mesh(devices))[0])
+    one, two = (jax.tree.map(np.asarray, (s.params, s.fitness_state)) for s in runs)
+    assert float(one[1].env_steps) == 2 * 120 * 10
+    jax.tree.map(np.testing.assert_array_equal, one, two)
+
+
 def test_training_steps_shorten_training_episodes_only():
     task = tasks.make("gymnasium:Pendulum-v1", num_workers=1, training_steps=50)  # Pendulum never terminates
     strategy = es.ARS(popsize=4)

@@ -1,6 +1,7 @@
 """The training CLI in subprocesses: a run killed with SIGKILL or stopped with SIGTERM resumes bit for bit."""
 
 import json
+import math
 import os
 import pathlib
 import signal
@@ -395,3 +396,22 @@ def test_a_read_only_run_directory_exits_74_and_is_left_as_it_was(config_path, s
     code, output = train_here("--resume", run_dir, "--set", "run.generations=6")
     assert code == 74 and f"cannot write {run_dir}/config.yaml: Read-only file system." in output, output
     assert snapshot(run_dir) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid"])
+def test_every_tuned_gymnasium_env_trains_from_the_cli_on_two_devices(family, tmp_path):
+    """The CLI's path (every core a device: 2 here) with the tuned ARS defaults (tasks.defaults.GYM_STRATEGY;
+    Ant with its common random numbers), 2 generations of 10-step episodes."""
+    from tasks.defaults import GYM_STRATEGY
+
+    strategy = ", ".join(f"{key}: {value}" for key, value in GYM_STRATEGY[family].items())
+    config = tmp_path / f"{family}.yaml"
+    config.write_text(f'task: {{name: "gymnasium:{family}-v5", options: {{max_steps: 10}}}}\n'
+                      f"strategy: {{name: ARS, {strategy}}}\nrun: {{generations: 2, seed: 0, segment: 1}}\n")
+    code, output = finish(train(config, "--run-dir", tmp_path / "run"))
+    assert code == 0, output
+    assert "| 2 cpu device(s)" in output, output
+    rows, _ = metric_rows(tmp_path / "run")
+    assert [row["generation"] for row in rows] == [0, 1]
+    assert all(row["num_invalid"] == 0 and math.isfinite(row["fitness_mean"]) for row in rows), rows

@@ -52,8 +52,9 @@ def evolve(
       fitness_fn: ``(params, key) -> scalar`` for one member (or an
         ``es.StatefulFitness``); higher is better when ``strategy.maximize``.
         An ``es.HostFitness`` runs a Python (non-JAX) fitness in worker
-        processes; ``evolve`` then returns once the call has run, and raises
-        ``es.FitnessError`` if an evaluation failed (see its docs).
+        processes, generation by generation between two compiled programs
+        (``es.engine.host_loop``); ``evolve`` then returns once the call has
+        run, and raises ``es.FitnessError`` if an evaluation failed.
       state: from ``strategy.init`` or a previous ``evolve``.
       num_generations: a Python int >= 0 (static: the scan length).
       mesh: the devices to shard the population over (``es.make_mesh()``,
@@ -94,16 +95,20 @@ def evolve(
 
 
 def evolve_checked(
-    strategy: Strategy, fitness: Fitness, state: State, num_generations: int, mesh: Mesh, execution: Execution
+    strategy: Strategy, fitness: Fitness, state: State, num_generations: int, mesh: Mesh, execution: Execution,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[State, Metrics]:
     """``evolve`` once its arguments passed ``check_evolve_args`` (``es.run``'s segments, a one-run sweep);
-    ``fitness`` is an adapter (``es.fitness.adapter``)."""
+    ``fitness`` is an adapter (``es.fitness.adapter``). A fitness on the host runs generation by generation
+    (``es.engine.host_loop``), and returns early after a generation where ``stop()`` is true (``es.run``'s
+    signals); a JAX fitness runs the whole call as one program."""
+    if fitness.on_host:
+        from es.engine.host_loop import evolve_on_host
+
+        return evolve_on_host(strategy, fitness, state, int(num_generations), mesh, execution, stop)
     state = replicate(state, mesh)
     hp = strategy.hyperparameters(Layout.of(state.params).dim)
-    return fitness.dispatch(
-        lambda: _evolve_compiled(strategy.program(), fitness, mesh, execution, int(num_generations), hp, state),
-        state,
-    )
+    return _evolve_compiled(strategy.program(), fitness, mesh, execution, int(num_generations), hp, state)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))

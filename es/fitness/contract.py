@@ -15,7 +15,7 @@ Fitnesses cross into the engine as ``Fitnesses(value, residual)``: ``value`` in 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -84,8 +84,9 @@ class Fitness(Protocol):
     """What the engine calls on an adapted fitness.
 
     Attributes:
-      on_host: evaluated outside JAX (in worker processes): not traced, and
-        its failures are raised after the compiled call (``dispatch``).
+      on_host: evaluated outside JAX (in worker processes): the engine calls
+        ``evaluate_host`` between compiled programs instead of tracing
+        ``evaluate`` (``es.engine.host_loop``).
       shared_by: who shares an evaluation key (``es.engine.members.EVAL_KEY_SHARING``).
       stateful: carries population-wide state (``init``/``update``, per-member stats).
     """
@@ -108,10 +109,13 @@ class Fitness(Protocol):
 
     def evaluate(self, members: Any, chunk: jax.Array, fitness_state: PyTree, pairs: bool,
                  shared_by: str = "member") -> tuple[Fitnesses, PyTree]:
-        """``(Fitnesses, stats)`` of the members ``chunk`` of the generation ``members`` (traced)."""
+        """``(Fitnesses, stats)`` of the members ``chunk`` of the generation ``members`` (traced; not
+        ``on_host``)."""
 
-    def dispatch(self, call: Callable[[], Any], state: Any) -> Any:
-        """Run the compiled call ``call()`` from ``state`` (and raise the fitness's failures after it)."""
+    def evaluate_host(self, generation: int | None, members: np.ndarray, seeds: np.ndarray, params: PyTree,
+                      fitness_state: PyTree) -> tuple[np.ndarray, PyTree, str | None]:
+        """``(float64 fitnesses, stats, failure)`` of the members ``members`` (indices) from their numpy
+        ``params`` (leading axis: the members) and ``seeds``, in one host dispatch (``on_host`` only)."""
 
     def close(self) -> None:
         """Release what the fitness holds (worker processes)."""

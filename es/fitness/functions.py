@@ -121,8 +121,8 @@ class SharedKeys:
         del shared_by  # ours
         return self.inner.evaluate(members, chunk, fitness_state, pairs, self.shared_by)
 
-    def dispatch(self, call: Callable[[], Any], state: Any) -> Any:
-        return self.inner.dispatch(call, state)
+    def evaluate_host(self, generation, members, seeds, params, fitness_state):
+        return self.inner.evaluate_host(generation, members, seeds, params, fitness_state)
 
     def close(self) -> None:
         self.inner.close()
@@ -198,10 +198,9 @@ class JaxFitness:
         return default_eval_batch_size(popsize, dim, antithetic)
 
     @staticmethod
-    def dispatch(call: Callable[[], Any], state: Any) -> Any:
-        """A JAX fitness needs nothing on the host: the call is dispatched asynchronously (also under jit)."""
-        del state
-        return call()
+    def evaluate_host(generation, members, seeds, params, fitness_state):
+        """Not on the host: a JAX fitness is traced into the generation (``evaluate``)."""
+        raise TypeError("a JAX fitness is evaluated inside the compiled generation, not on the host.")
 
     @staticmethod
     def close() -> None:

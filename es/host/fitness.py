@@ -3,25 +3,23 @@
     fitness = es.HostFitness(simulate, num_workers=None, timeout_s=60.0)   # simulate(params, seed) -> float
     state, metrics = es.evolve(strategy, fitness, state, 100, mesh=mesh)
 
-It implements the engine's ``es.fitness.Fitness`` contract itself: inside the compiled generation each
-device hands all its members to the host at once (one ``jax.pure_callback`` per device and generation),
-and the pool returns their fitnesses in member order, at float64's precision (``es.fitness.from_host``).
-The pool's module docstring says how failures, timeouts and Ctrl-C end a call.
+It implements the engine's ``es.fitness.Fitness`` contract itself (``on_host``): each generation's members
+are built by a compiled program, this process's share is evaluated in one dispatch to the pool, whose
+fitnesses (float64) go back to the devices for the update (``es.engine.host_loop``), so no device waits in a
+collective while the host evaluates. The pool's module docstring says how failures, timeouts and Ctrl-C end a
+call; ``evaluate_batch`` evaluates any batch of params, for an ask/tell loop of your own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any, Callable, ClassVar
 
 import jax
 import numpy as np
 
 from es import validation
-from es.fitness.contract import Fitnesses, fitness_dtype
-from es.host.pool import POLL_S, FitnessError, _call_numbers, _Pool, available_cores, member_seed
-from es.parallel import distributed
+from es.host.pool import FitnessError, _Pool, available_cores
 
 PyTree = Any
 
@@ -153,88 +151,52 @@ class HostFitness:
         del antithetic, dim
         return popsize
 
-    def evaluate(
-        self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool,
-        shared_by: str = "member",
-    ):
-        """``(Fitnesses, stats)`` of the members ``chunk``, by one host callback.
+    def evaluate(self, members, chunk: jax.Array, fitness_state: PyTree, pairs: bool, shared_by: str = "member"):
+        """Not traced: the engine evaluates an on-host fitness between compiled programs (``evaluate_host``)."""
+        raise TypeError("es.HostFitness is evaluated on the host (es.engine.host_loop), not inside a traced program.")
 
-        ``fn``'s values keep float64's precision: the callback returns them
-        rounded to the fitness dtype and the residual (``es.fitness.from_host``).
+    def evaluate_host(self, generation: int | None, members: np.ndarray, seeds: np.ndarray, params: PyTree,
+                      fitness_state: PyTree):
+        """``(fitness float64[n], stats, failure)``: the members ``members`` (their indices) of generation
+        ``generation``, in one dispatch to the pool, in member order.
 
-        Members are built one by one (``pairs`` ignored): whether a device's
-        share holds whole antithetic pairs depends on the mesh, and building a
-        pair from one draw may round ``scale * eps`` differently, so this keeps
-        every member's params, and so its fitness, the same on any mesh. (The
-        extra noise draws cost nothing next to a host evaluation.)
+        ``params`` is a pytree of numpy arrays with a leading axis ``n``, ``seeds`` their uint32 seeds,
+        ``fitness_state`` the state's as numpy (stateful only). ``failure`` says what went wrong, or is
+        ``None``; after one every value is NaN. Ctrl-C (any exception while waiting) stops the workers first.
         """
-        del pairs
-        params = members.members(chunk, False)
-        keys = members.eval_keys(chunk, shared_by)
-        seeds = jax.vmap(member_seed)(keys)
-        n = chunk.shape[0]
-        pair = jax.ShapeDtypeStruct((n,), np.float32)  # a float64 value as float32 + float32 (48 bits)
-        shapes = (
-            Fitnesses(pair, pair),
-            jax.tree.map(lambda s: jax.ShapeDtypeStruct((n, *s.shape), s.dtype), self.stats),
-        )
-        state = fitness_state if self.stateful else None
-        with jax.named_scope("es_fitness"):
-            # float32 whatever the x64 setting: XLA's callback threads do not see a jax.enable_x64 context.
-            fitness, stats = jax.pure_callback(
-                self._pool.evaluate, shapes, members.generation, chunk, seeds, params, state)
-        if fitness_dtype() == np.float64:
-            exact = fitness.value.astype(np.float64) + fitness.residual.astype(np.float64)
-            fitness = Fitnesses(exact, jax.numpy.zeros_like(exact))
-        return fitness, (stats if self.stateful else ())
-
-    def dispatch(self, call: Callable[[], Any], state: Any) -> Any:
-        """Run ``call()`` (a compiled ``es.evolve`` from ``state``) and raise ``FitnessError`` on any failure.
-
-        XLA runs a computation with host callbacks synchronously, so the call
-        runs on a helper thread while this one waits in short, interruptible
-        steps. Ctrl-C while waiting: every evaluation left returns NaN at
-        once, the workers are stopped, the computation is let finish (quickly;
-        a second Ctrl-C does not wait) and ``KeyboardInterrupt`` propagates.
-        """
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(state)):
-            raise TypeError(
-                "es.evolve with an es.HostFitness cannot be traced (called under jax.jit, vmap or grad): its "
-                "failures are raised on the host once the computation has run. Call es.evolve directly."
-            )
         pool = self._pool
         pool.begin()
-        outcome = {}
-
-        x64 = fitness_dtype() == np.float64  # a jax.enable_x64 context holds for this thread only
-
-        def run():
-            try:
-                with jax.enable_x64(x64):
-                    outcome["out"] = jax.block_until_ready(call())
-            except BaseException as error:  # handed to the waiting thread
-                outcome["error"] = error
-
-        thread = threading.Thread(target=run, name="es.HostFitness", daemon=True)
-        thread.start()
         try:
-            while thread.is_alive():
-                thread.join(POLL_S)
-        except BaseException:  # Ctrl-C (or a signal handler's exception): stop evaluating, stop the workers
+            values, stats = pool.evaluate(generation, members, seeds, params,
+                                          fitness_state if self.stateful else None)
+        except BaseException:
             pool.abort()
-            thread.join()
             raise
-        if "error" in outcome:
-            pool.abort()
-            raise outcome["error"]
-        failure = pool.failure
-        if distributed.process_count() > 1:
-            outcomes = distributed.all_processes(f"es.HostFitness/{next(_call_numbers)}", failure or "")
-            failed = [(p, text) for p, text in enumerate(outcomes) if text]
-            if failed:
-                process, text = failed[0]
-                failure = f"process {process}: {text}"
+        return values, stats, pool.failure
+
+    def evaluate_batch(self, params: PyTree, seeds=None, fitness_state: PyTree = None):
+        """The fitnesses (float64[n]) of a batch of params, evaluated in the workers: for an ask/tell loop.
+
+        ``params``: a pytree of arrays with a leading axis of ``n`` members (``es.ask``'s population);
+        ``seeds``: ``n`` ints passed to ``fn`` (default ``0, 1, ..., n - 1``); ``fitness_state`` for a stateful
+        fitness, whose ``(values, stats)`` are then returned. Raises ``FitnessError`` (the workers stopped) when
+        an evaluation fails.
+        """
+        params = jax.tree.map(np.asarray, params)
+        leaves = jax.tree.leaves(params)
+        if not leaves or any(np.ndim(x) < 1 or np.shape(x)[0] != np.shape(leaves[0])[0] for x in leaves):
+            raise ValueError("es.HostFitness.evaluate_batch(params=...): give a pytree of arrays with one leading "
+                             "member axis, as es.ask returns it.")
+        n = np.shape(leaves[0])[0]
+        seeds = np.arange(n, dtype=np.uint32) if seeds is None else np.asarray(seeds, np.uint32).reshape(-1)
+        if seeds.shape != (n,):
+            raise ValueError(f"es.HostFitness.evaluate_batch(seeds=...): give {n} seeds, one per member; got "
+                             f"{seeds.shape[0]}.")
+        if self.stateful and fitness_state is None:
+            raise ValueError("es.HostFitness.evaluate_batch: a stateful host fitness needs fitness_state=...")
+        state = jax.tree.map(np.asarray, fitness_state) if self.stateful else None
+        values, stats, failure = self.evaluate_host(None, np.arange(n), seeds, params, state)
         if failure:
-            pool.stop()
+            self.close()
             raise FitnessError(failure)
-        return outcome["out"]
+        return (values, stats) if self.stateful else values

@@ -3,16 +3,15 @@
     fitness = es.HostFitness(simulate, num_workers=None, timeout_s=60.0)   # simulate(params, seed) -> float
     state, metrics = es.evolve(strategy, fitness, state, 100, mesh=mesh)
 
-Inside the compiled generation each device hands all its members to the host
-at once (one ``jax.pure_callback`` per device and generation, the whole local
-share in one batch), the host schedules one task per member on a
-``pebble.ProcessPool`` and returns the fitnesses in member order::
+Between two compiled programs of each generation (``es.engine.host_loop``) the host takes this process's
+whole share of the population at once, schedules one task per member on a ``pebble.ProcessPool`` and
+returns the fitnesses in member order::
 
-    device d, generation g                         host (this process)
+    generation g                                   host (this process)
     ----------------------------                   -------------------------------------------
     members m_0 .. m_{k-1} (params, seeds)  --->   pool.schedule(fn, (params_i, seed_i)) x k
                                                    num_workers processes run them in parallel
-    fitness f32[k] (+ stats)                <---   results in member order (NaN after a failure)
+    fitness float64[k] (+ stats)            <---   results in member order (NaN after a failure)
 
 A member's fitness depends only on its params and its seed (an int drawn from
 the member's evaluation key), never on which worker or device evaluated it, so
@@ -23,14 +22,14 @@ own pool; only the fitnesses cross processes, in the engine's all-gather.
 Failures never hang and never leave processes behind. ``fn`` raising, a worker
 dying (a segfault, ``os._exit``) or a member exceeding ``timeout_s`` is
 recorded on the host, the remaining members of the generation are cancelled,
-every later evaluation of the call returns NaN at once (the engine leaves the
-distribution unchanged when no member is valid), and once the compiled call
-has returned ``es.evolve`` stops the workers and raises ``FitnessError``
-naming the generation, the member and the original error with its traceback.
-In a multi-process run the processes agree on the outcome
-(``es.distributed.all_processes``), so every process raises. Ctrl-C stops the
-workers and raises ``KeyboardInterrupt``; inside ``es.run`` the first Ctrl-C
-finishes the segment and checkpoints, as for any fitness.
+and ``es.evolve`` stops the workers and raises ``FitnessError`` naming the
+generation, the member and the original error with its traceback. In a
+multi-process run the processes agree on the outcome of every generation
+(``es.distributed.all_processes``), so every process raises. The host waits
+for the workers in short, interruptible steps: Ctrl-C stops the workers and
+raises ``KeyboardInterrupt`` at once; inside ``es.run`` the first SIGINT or
+SIGTERM finishes the generation in progress and checkpoints, the second
+stops at once.
 
 Workers are started from a clean interpreter (the ``forkserver`` method where
 available, else ``spawn``), never forked from this process and its JAX
@@ -45,7 +44,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import concurrent.futures.process
-import itertools
 import multiprocessing
 import os
 import signal
@@ -57,18 +55,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from es.fitness.contract import from_host
 from es.host import pickled_code
 
 PyTree = Any
 
-POLL_S = 0.01  # how often the host checks a running call (Ctrl-C, another device's failure)
 STOP_TIMEOUT_S = 10.0  # how long stopping the pool may wait for its workers to exit
 WATCHDOG_S = 0.5  # how often a worker checks that the process it works for is still alive
 
-# Numbers the evaluating calls of this process, so that every process of a multi-process run agrees on the
-# outcome of the same call under the same name (they all make the same es.evolve calls in the same order).
-_call_numbers = itertools.count()
 
 
 class FitnessError(RuntimeError):
@@ -105,11 +98,8 @@ class _Stopped(Exception):
 
 
 class _Pool:
-    """The host side of a ``HostFitness``: the worker pool and the failure of the call in progress.
-
-    ``evaluate`` runs on XLA's threads (one call per device and generation);
-    ``begin``/``abort``/``stop`` on the thread that called ``es.evolve``.
-    """
+    """The host side of a ``HostFitness``: the worker pool and the failure of the evaluation in progress
+    (``begin`` starts one, ``evaluate`` runs it, ``abort``/``stop`` end the workers), on the calling thread."""
 
     def __init__(self, settings):  # an es.HostFitness
         import cloudpickle
@@ -177,12 +167,16 @@ class _Pool:
             if self.failure is None:
                 self.failure = text
 
-    # ------------------------------------------------------- on XLA's threads
+    # ------------------------------------------------------- evaluating
 
-    def evaluate(self, generation, members, seeds, params, fitness_state):
-        """The host callback: ``(Fitnesses, stats)`` of ``n`` members, as float32 pairs; NaN for all after a failure."""
-        members, seeds = np.asarray(members), np.asarray(seeds)
-        params, fitness_state = jax.tree.map(np.asarray, (params, fitness_state))  # (XLA passes jax Arrays)
+    def evaluate(self, generation: int | None, members, seeds, params, fitness_state):
+        """``(float64[n], stats)``: the fitnesses of ``n`` members in member order (their stacked stats, or
+        ``None``), one task per member on the pool; NaN for all after a failure, which ``failure`` then says.
+
+        ``params`` is a pytree of numpy arrays with a leading axis ``n``; ``generation`` names them in messages
+        (``None``: a batch of no generation). Waits in short, interruptible steps: a signal's exception (Ctrl-C)
+        propagates, and the caller aborts the pool.
+        """
         n = len(members)
         fitness = np.full((n,), np.nan, np.float64)
         stats = None
@@ -196,23 +190,19 @@ class _Pool:
                     member_params = jax.tree.map(lambda x: x[i], params)
                     futures.append(pool.schedule(
                         _run_member, args=(member_params, int(seeds[i]), fitness_state), timeout=self.timeout_s))
-            results = self._collect(futures, int(generation), members, seeds)
-            fitness, stats = self._unpack(results, int(generation), members, seeds)
+            results = self._collect(futures, generation, members, seeds)
+            fitness, stats = self._unpack(results, generation, members, seeds)
         except _Stopped:
             pass
-        except BaseException as error:  # never let an exception reach XLA (it would surface as INTERNAL)
-            self.fail(f"es.HostFitness: evaluating generation {int(generation)} failed on the host: "
+        except Exception as error:  # our own bookkeeping failed: a failure of the call, not a crash
+            self.fail(f"es.HostFitness: evaluating members{_in(generation)} failed on the host: "
                       f"{type(error).__name__}: {error}")
         finally:
             for future in futures:
                 future.cancel()  # running ones: pebble stops their worker
-        if stats is None:
+        if self.stateful and stats is None:
             stats = self._zero_stats(n)
-        try:
-            return from_host(fitness, f"es.HostFitness in generation {int(generation)}", np.float32), stats
-        except ValueError as error:
-            self.fail(str(error))
-            return from_host(np.full((n,), np.nan), "es.HostFitness", np.float32), stats
+        return fitness, stats
 
     def _collect(self, futures, generation, members, seeds) -> list:
         pending = set(futures)
@@ -231,7 +221,7 @@ class _Pool:
         fitness = np.empty((len(results),), np.float64)
         stats = []
         for i, result in enumerate(results):
-            where = f"generation {generation}, member {int(members[i])} (seed {int(seeds[i])})"
+            where = _where(generation, int(members[i]), int(seeds[i]))
             if self.stateful:
                 if not (isinstance(result, tuple) and len(result) == 2):
                     self.fail(f"es.HostFitness: fn must return (fitness, stats) for a stateful host fitness; "
@@ -252,13 +242,13 @@ class _Pool:
         try:
             stacked = jax.tree.map(lambda s, *xs: np.stack([np.asarray(x, s.dtype) for x in xs]), spec, *stats)
         except Exception as error:
-            self.fail(f"es.HostFitness: in generation {generation}, the stats fn returned do not match "
+            self.fail(f"es.HostFitness{_in(generation)}: the stats fn returned do not match "
                       f"stats={spec}: {type(error).__name__}: {error}")
             raise _Stopped from None
         wrong = [(s.shape, x.shape[1:]) for s, x in zip(jax.tree.leaves(spec), jax.tree.leaves(stacked))
                  if x.shape[1:] != s.shape]
         if wrong:
-            self.fail(f"es.HostFitness: in generation {generation}, fn returned stats of shapes "
+            self.fail(f"es.HostFitness{_in(generation)}: fn returned stats of shapes "
                       f"{[w[1] for w in wrong]} where stats= declares {[w[0] for w in wrong]}.")
             raise _Stopped
         return stacked
@@ -267,11 +257,21 @@ class _Pool:
         return jax.tree.map(lambda s: np.zeros((n, *s.shape), s.dtype), self.spec)
 
 
-def _describe(error: BaseException, generation: int, member: int, seed: int, timeout_s) -> str:
+def _where(generation: int | None, member: int, seed: int) -> str:
+    """``"generation g, member m (seed s)"``, or without the generation for a batch of none."""
+    return ("" if generation is None else f"generation {generation}, ") + f"member {member} (seed {seed})"
+
+
+def _in(generation: int | None) -> str:
+    """``" in generation g"``, or nothing for a batch of no generation."""
+    return "" if generation is None else f" in generation {generation}"
+
+
+def _describe(error: BaseException, generation: int | None, member: int, seed: int, timeout_s) -> str:
     """What ``FitnessError`` says about one failed member."""
     import pebble
 
-    where = f"generation {generation}, member {member} (seed {seed})"
+    where = _where(generation, member, seed)
     if isinstance(error, concurrent.futures.process.BrokenProcessPool):
         return (f"es.HostFitness: the worker processes could not start or all died ({error}) while evaluating "
                 f"{where}; their stderr says why. A script must keep its top-level code under "

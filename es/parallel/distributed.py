@@ -29,6 +29,7 @@ import hashlib
 import ipaddress
 import os
 import signal
+import threading
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -368,21 +369,34 @@ def all_processes(name: str, value: str = "") -> list[str]:
     0): host-only, so it neither waits for nor reorders device work. Every
     process must call it with the same ``name``, and each ``name`` once per
     run of the job. Raises ``RuntimeError`` after ``AGREEMENT_TIMEOUT_S`` seconds.
+    The wait runs on a helper thread while this one waits in short steps, so a
+    signal's handler (``es.run``'s second Ctrl-C) still acts while a peer is late.
     """
     if process_count() == 1:
         return [value]
     client = compat.coordination_client()
     rank, count = process_index(), process_count()
     prefix = f"es/{name}/"
-    try:
-        client.key_value_set(f"{prefix}{rank}", value)
-        client.wait_at_barrier(f"es-barrier/{name}", int(AGREEMENT_TIMEOUT_S * 1000))
-        entries = dict(client.key_value_dir_get(prefix))
-    except Exception as error:  # jaxlib raises its own runtime error types
+    outcome: dict = {}
+
+    def exchange():
+        try:
+            client.key_value_set(f"{prefix}{rank}", value)
+            client.wait_at_barrier(f"es-barrier/{name}", int(AGREEMENT_TIMEOUT_S * 1000))
+            outcome["entries"] = dict(client.key_value_dir_get(prefix))
+        except Exception as error:  # jaxlib raises its own runtime error types
+            outcome["error"] = error
+
+    waiting = threading.Thread(target=exchange, name=f"es.distributed {name}", daemon=True)
+    waiting.start()
+    while waiting.is_alive():
+        waiting.join(0.05)
+    if "error" in outcome:
         raise RuntimeError(
             f"es.distributed.all_processes({name!r}): the {count} processes did not all arrive within "
-            f"{AGREEMENT_TIMEOUT_S:g} s, or one of them failed: {error}"
-        ) from error
+            f"{AGREEMENT_TIMEOUT_S:g} s, or one of them failed: {outcome['error']}"
+        ) from outcome["error"]
+    entries = outcome["entries"]
     return [entries[f"{prefix}{r}"] for r in range(count)]
 
 

@@ -10,15 +10,22 @@ compiled function, reused) and after each segment
 - writes a checkpoint to ``<run_dir>/checkpoints/<generation>/`` (orbax,
   asynchronous and atomic, the last ``keep_checkpoints`` kept).
 
-Segments are pipelined: segment ``k + 1`` is dispatched before the host logs
-and checkpoints segment ``k``, so host work overlaps device work wherever
-dispatch is asynchronous (GPU, TPU, a single CPU device).
+Segments are pipelined: segment ``k + 1`` runs (on a helper thread) while the
+host logs and checkpoints segment ``k``. A fitness on the host
+(``es.HostFitness``) runs generation by generation instead, each segment
+logged and checkpointed before the next starts.
 
-SIGTERM or SIGINT finish the segment in progress, checkpoint it and return a
-``RunResult`` with ``stopped_by`` set (a second signal stops at once; the last
-checkpoint stays valid). ``resume=True`` continues from the latest checkpoint
-and ends bit-identical to a run that was never interrupted, whenever the
-first one was killed.
+The first SIGTERM or SIGINT stops the run at the next point where a checkpoint
+can be written: the end of the segment in progress for a JAX fitness, the end
+of the generation in progress for a fitness on the host (its segment is cut
+short). It checkpoints there and returns a ``RunResult`` with ``stopped_by``
+set. A second signal stops at once (``KeyboardInterrupt``, or ``SystemExit``
+with status 143 for SIGTERM): the worker processes of an ``es.HostFitness``
+are stopped and the last checkpoint stays valid. Both act however long a
+segment or an evaluation takes: the calling thread waits in short,
+interruptible steps (docs/runs.md measures how long each takes to act).
+``resume=True`` continues from the latest checkpoint and ends bit-identical
+to a run that was never interrupted, whenever the first one was killed.
 
 Only process 0 writes anything (``is_writer``); every process computes. In a
 multi-process run every process reads the checkpoint it resumes from, the
@@ -29,7 +36,6 @@ stop, so a signal to any of them stops all of them after the same segment.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
@@ -122,9 +128,10 @@ def run(
         ``config.yaml``), so that a refused call leaves the directory as it was.
       progress: show a tqdm progress bar on stderr (process 0 only).
       description: the progress bar's label.
-      handle_signals: on SIGTERM/SIGINT finish the segment, checkpoint and
-        return (only from the main thread). In a multi-process run a signal
-        to any process stops every process after the same segment.
+      handle_signals: on SIGTERM/SIGINT finish the segment (for a fitness on
+        the host: the generation), checkpoint and return; a second signal stops
+        at once (only from the main thread). In a multi-process run a signal
+        to any process stops every process after the same generation.
 
     What a resume may change: ``num_generations``, ``segment``,
     ``keep_checkpoints``, the mesh (see above), ``on_segment``, ``on_start``,
@@ -154,9 +161,12 @@ def run(
     check_config("es.run", "config", config)
     fitness = adapter(fitness_fn)  # the one adapter of the run
     mesh, execution = check_evolve_args(strategy, fitness, state, num_generations, *options.evolve_arguments())
-    advance = functools.partial(evolve_checked, strategy, fitness, mesh=mesh, execution=execution)
+    def advance(state: State, length: int, stop: Callable[[], bool]):
+        return evolve_checked(strategy, fitness, state, length, mesh, execution, stop)
+
     runs = [RunDir(run_dir, _identity(config, strategy, execution, mesh))]
-    driver = Driver(advance, lambda states: states[0], lambda state: [state], lambda metrics: [metrics])
+    driver = Driver(advance, lambda states: states[0], lambda state: [state], lambda metrics: [metrics],
+                    on_host=fitness.on_host)
     each_segment = on_segment and (lambda segments: on_segment(segments[0]))
     return _run_all(driver, fitness, runs, [state], options, each_segment)[0]
 
@@ -245,7 +255,10 @@ def run_many(
                 "previous segment; use keep_checkpoints=2 or more."
             )
     runs = [RunDir(d, _identity(c, s, sweep.execution, sweep.mesh)) for d, c, s in zip(run_dirs, configs, strategies)]
-    advance = functools.partial(evolve_many_checked, sweep, fitness)
+    def advance(states: list[State], length: int, stop: Callable[[], bool]):
+        del stop  # a sweep's fitness is JAX: its segments are whole programs
+        return evolve_many_checked(sweep, fitness, states, length)
+
     return _run_all(Driver(advance, list, list, list), fitness, runs, list(states), options, on_segment)
 
 

@@ -1,10 +1,14 @@
 """The segment loop of ``es.run`` and ``es.run_many``, and what it hands back: ``Segment`` and ``RunResult``.
 
 The loop calls ``es.evolve`` (or ``es.evolve_many``) for ``segment``
-generations at a time, dispatching segment ``k + 1`` before the host logs and
-checkpoints segment ``k``, and after each segment appends the metrics to every
+generations at a time and after each segment appends the metrics to every
 run's ``metrics.jsonl``, starts its checkpoint, advances the progress bar and
-calls ``on_segment``.
+calls ``on_segment``. A JAX fitness's segment ``k + 1`` runs on a helper
+thread while the host logs and checkpoints segment ``k``; a fitness on the
+host (``es.HostFitness``) runs its generations on this thread, one at a time,
+and its segment ends early after the generation in progress when a stop is
+requested. Either way this thread waits in short, interruptible steps, so a
+signal acts however long a segment or an evaluation takes.
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ from __future__ import annotations
 import collections
 import pathlib
 import sys
+import threading
 import time
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
+
+import jax
 
 import numpy as np
 
@@ -91,16 +98,51 @@ class Segment(NamedTuple):
 class Driver(NamedTuple):
     """How the segment loop drives the run(s).
 
-    ``advance(state, n)`` runs ``n`` generations and returns ``(state,
-    metrics)``: ``es.evolve``'s, or ``es.evolve_many``'s lists. ``join(states)``
-    makes ``advance``'s state from every run's; ``states_of(state)`` and
-    ``metrics_of(metrics)`` give every run's back.
+    ``advance(state, n, stop)`` runs ``n`` generations and returns ``(state,
+    metrics)``: ``es.evolve``'s, or ``es.evolve_many``'s lists; ``stop()`` says
+    whether to return after the generation in progress (read where ``on_host``).
+    ``join(states)`` makes ``advance``'s state from every run's;
+    ``states_of(state)`` and ``metrics_of(metrics)`` give every run's back.
+    ``on_host``: the fitness is evaluated on the host, generation by generation.
     """
 
     advance: Callable
     join: Callable
     states_of: Callable
     metrics_of: Callable
+    on_host: bool = False
+
+
+class _Pending:
+    """A segment in progress: on a daemon thread (a JAX fitness: the host logs meanwhile), or already run on
+    this one (``ran``, a fitness on the host). ``result()`` waits in short steps, so that a signal's handler
+    runs, and raises what the segment raised."""
+
+    POLL_S = 0.05
+
+    def __init__(self, run: Callable[[], Any], background: bool):
+        self.value, self.error, self.thread = None, None, None
+        if not background:
+            self.value = run()
+            return
+        x64 = bool(jax.config.jax_enable_x64)  # a jax.enable_x64 context holds for its own thread only
+
+        def target():
+            try:
+                with jax.enable_x64(x64):
+                    self.value = jax.block_until_ready(run())
+            except BaseException as error:  # handed to the waiting thread
+                self.error = error
+
+        self.thread = threading.Thread(target=target, name="es.run segment", daemon=True)
+        self.thread.start()
+
+    def result(self):
+        while self.thread is not None and self.thread.is_alive():
+            self.thread.join(self.POLL_S)
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class RunDir:
@@ -129,27 +171,35 @@ def run_segments(segments: Driver, runs: list[RunDir], states: list[State], opti
     time_offset = float(runs[0].history[TIME_NAME][-1]) if start else 0.0
     bar = tqdm(total=num_generations, initial=start, unit="gen", desc=options.description,
                disable=not (options.progress and is_writer()), file=sys.stderr, dynamic_ncols=True, smoothing=0.3)
-    stopper = Stopper(options.handle_signals, verbose=is_writer(), run_name=run_name)
+    stopper = Stopper(options.handle_signals, verbose=is_writer(), run_name=run_name,
+                      unit="generation" if segments.on_host else "segment")
     lengths = collections.deque(segment_lengths(start, num_generations, options.segment))
     generation = start
-    stop_signal = failure = None
+    stop_signal = None
     writes = is_writer() and runs[0].run_dir is not None
     state = segments.join(states)
     clock = time.perf_counter()
+
+    def launch(state, length: int) -> _Pending:
+        stop = lambda: stopper.signum is not None  # noqa: E731  (read between a host fitness's generations)
+        return _Pending(lambda: segments.advance(state, length, stop), background=not segments.on_host)
+
+    def next_segment(state) -> _Pending | None:
+        nonlocal stop_signal
+        if not lengths:
+            return None
+        stop_signal = stopper.agreed(generation)
+        return None if stop_signal is not None else launch(state, lengths.popleft())
+
     try:
         if lengths:
             bar.set_postfix_str("compiling", refresh=True)
-        in_flight = segments.advance(state, lengths.popleft()) if lengths else None
+        in_flight = launch(state, lengths.popleft()) if lengths else None
         while in_flight is not None:
-            segment_state, segment_metrics = in_flight
+            segment_state, segment_metrics = in_flight.result()  # the segment's error, once the previous is logged
             in_flight = None
-            if lengths:  # dispatch the next segment before waiting for this one, unless stopping
-                stop_signal = stopper.agreed(generation)
-                if stop_signal is None:
-                    try:
-                        in_flight = segments.advance(segment_state, lengths.popleft())
-                    except Exception as error:  # e.g. es.FitnessError: first log and checkpoint this segment
-                        failure = error
+            if not segments.on_host:  # the next segment runs while this one is logged and checkpointed
+                in_flight = next_segment(segment_state)
             elapsed = time_offset + time.perf_counter() - clock
             if writes and len(runs) > 1:  # every run's previous checkpoint on disk before any starts the next
                 for each in runs:
@@ -178,8 +228,8 @@ def run_segments(segments: Driver, runs: list[RunDir], states: list[State], opti
             if on_segment is not None:
                 on_segment(done_segments)
             generation, state = stop, segment_state
-            if failure is not None:
-                raise failure
+            if segments.on_host:  # run on this thread: the next one only once this one is logged
+                in_flight = next_segment(segment_state)
     finally:
         stopper.restore()
         bar.close()

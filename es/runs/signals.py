@@ -1,4 +1,5 @@
-"""Stopping a run on SIGTERM/SIGINT after the segment in progress, on every process at the same boundary."""
+"""Stopping a run on SIGTERM/SIGINT after the segment (or host generation) in progress, on every process at the
+same boundary; a second signal stops at once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from es.parallel import distributed
 
 
 class Stopper:
-    """Turns the first SIGTERM/SIGINT into a request to stop after the segment in progress.
+    """Turns the first SIGTERM/SIGINT into a request to stop after the ``unit`` in progress (``"segment"``, or
+    ``"generation"`` for a fitness on the host); the second raises ``KeyboardInterrupt`` (SIGINT) or
+    ``SystemExit(128 + signum)`` at once, wherever the main thread waits.
 
     In a multi-process run the processes agree at every segment boundary
     (``agreed``): a signal to any one of them stops them all at the same boundary.
@@ -18,10 +21,11 @@ class Stopper:
     as ``es.launch`` then lets the process finish its segment).
     """
 
-    def __init__(self, enabled: bool, verbose: bool, run_name: str):
+    def __init__(self, enabled: bool, verbose: bool, run_name: str, unit: str = "segment"):
         self.signum: int | None = None
         self._verbose = verbose
         self._name = run_name
+        self._unit = unit
         self._previous = {}
         if enabled and threading.current_thread() is threading.main_thread():
             for signum in distributed.STOP_SIGNALS:
@@ -39,7 +43,7 @@ class Stopper:
             self._say(f"received {signal.Signals(signum).name}")
 
     def _say(self, what: str) -> None:
-        os.write(2, (f"\n{what}: finishing the segment in progress, then checkpointing and stopping "
+        os.write(2, (f"\n{what}: finishing the {self._unit} in progress, then checkpointing and stopping "
                      "(send it again to stop at once)\n").encode())
 
     def agreed(self, generation: int) -> int | None:

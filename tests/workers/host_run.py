@@ -1,14 +1,16 @@
 """An ES run with an es.HostFitness, for the multi-process and Ctrl-C tests (run as a script, one per process).
 
-    python tests/workers/host_run.py OUT_DIR [--fail-on-rank R] [--hang] [--run]
+    python tests/workers/host_run.py OUT_DIR [--fail-on-rank R] [--hang] [--run [--segment N]] [--slow]
 
 Initializes es.distributed (a no-op in a plain process), evolves ``HOST_PROBLEM``
 for 3 generations with 2 workers per process on es.make_mesh(), and writes
 ``OUT_DIR/rank{r}.npz`` (the final params). ``--fail-on-rank R``: fn raises on
 process R's members. ``--hang``: fn writes its worker's pid to ``OUT_DIR/pids/``
 and sleeps, so that a test can interrupt the run. ``--run``: es.run for 200
-generations of slow members (0.2 s each), checkpointing every generation in
-``OUT_DIR/run``, printing ``stopped_by <signal>`` when it returns. Prints
+generations of slow members (0.2 s each), checkpointing every generation
+(``--segment N``: every N) in ``OUT_DIR/run``, printing ``stopped_by <signal>``
+when it returns. ``--slow``: one generation of members that take 0.5 s each on
+one worker, on a 2-device mesh (the devices' shares finish 2 s apart). Prints
 ``FitnessError: ...`` and exits 3 on a FitnessError; prints ``INTERRUPTED`` when
 Ctrl-C reaches the script, then lets the KeyboardInterrupt end it.
 """
@@ -56,6 +58,11 @@ def slow_member(params, seed):
     return host_problem(params, seed)
 
 
+def half_a_second(params, seed):
+    time.sleep(0.5)
+    return host_problem(params, seed)
+
+
 def initial_state():
     import jax
     import jax.numpy as jnp
@@ -69,6 +76,8 @@ if __name__ == "__main__":
     parser.add_argument("--fail-on-rank", type=int, default=None)
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--run", action="store_true")
+    parser.add_argument("--segment", type=int, default=1)
+    parser.add_argument("--slow", action="store_true")
     args = parser.parse_args()
     # Ctrl-C raises KeyboardInterrupt here as at a terminal, even when the suite was started with SIGINT ignored
     # (a background `nohup ... &`), whose disposition this child would otherwise inherit.
@@ -84,8 +93,13 @@ if __name__ == "__main__":
     if args.run:
         os.environ["HOST_RUN_PIDS"] = os.path.join(args.out, "pids")
         result = es.run(STRATEGY, es.HostFitness(slow_member, num_workers=2), initial_state(), 200,
-                        run_dir=os.path.join(args.out, "run"), segment=1, progress=False)
+                        run_dir=os.path.join(args.out, "run"), segment=args.segment, progress=False)
         print(f"stopped_by {result.stopped_by} at generation {int(result.state.generation)}", flush=True)
+        sys.exit(0)
+    if args.slow:
+        with es.HostFitness(half_a_second, num_workers=1) as slow:
+            _, metrics = es.evolve(STRATEGY, slow, initial_state(), 1, mesh=es.make_mesh(2))
+        print(f"done {int(metrics['num_invalid'][0])} invalid", flush=True)
         sys.exit(0)
     try:
         state, _ = es.evolve(STRATEGY, fitness, initial_state(), GENERATIONS, mesh=es.make_mesh())

@@ -1,0 +1,59 @@
+"""es.run with a fitness that takes long, for the tests of what SIGINT and SIGTERM do (run as a script).
+
+    python tests/workers/signals_run.py OUT_DIR --kind host|jax [--segment N]
+
+``--kind host``: an es.HostFitness of 2 workers whose members take 0.2 s each and write their worker's pid to
+``OUT_DIR/pids/``; once ``OUT_DIR/hang`` exists every member sleeps 600 s instead. ``--kind jax``: a JAX
+fitness whose members run a loop of about a minute each, so the first segment never ends by itself. Both run
+200 generations in segments of N (default 50) into ``OUT_DIR/run``, print ``stopped_by <signal> at generation
+<g>`` when es.run returns, and let what es.run raises end the script (KeyboardInterrupt, or SystemExit 143).
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import es
+
+STRATEGY = es.OpenES(popsize=8, sigma=0.1)
+
+
+def host_member(params, seed):
+    out = Path(os.environ["SIGNALS_RUN_OUT"])
+    (out / "pids").mkdir(parents=True, exist_ok=True)
+    (out / "pids" / str(os.getpid())).touch()
+    time.sleep(600 if (out / "hang").exists() else 0.2)
+    return -float(np.sum(params["x"] ** 2))
+
+
+def jax_member(params, key):
+    import jax
+    import jax.numpy as jnp
+
+    del key
+    total = jax.lax.fori_loop(0, 2_000_000_000, lambda i, v: v * 0.999999 + 1e-9, jnp.sum(params["x"]))
+    return -total
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--kind", choices=("host", "jax"), required=True)
+    parser.add_argument("--segment", type=int, default=50)
+    args = parser.parse_args()
+    os.environ["SIGNALS_RUN_OUT"] = args.out
+
+    import jax
+    import jax.numpy as jnp
+
+    fitness = es.HostFitness(host_member, num_workers=2) if args.kind == "host" else jax_member
+    state = STRATEGY.init(jax.random.key(0), {"x": jnp.linspace(-1.0, 1.0, 5)})
+    print("started", flush=True)
+    result = es.run(STRATEGY, fitness, state, 200, run_dir=os.path.join(args.out, "run"), segment=args.segment,
+                    progress=False)
+    print(f"stopped_by {result.stopped_by} at generation {int(result.state.generation)}", flush=True)
+    sys.exit(0)
