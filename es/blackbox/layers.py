@@ -77,6 +77,9 @@ class Layers:
     """One ``es.minimize`` call's layers (``Options``), and what they keep across its runs."""
 
     def __init__(self, options: Options, fun, kind: str, x0: PyTree, seed: int):
+        if kind == "host" and fun.stateful:
+            raise ValueError("es.minimize(fun=es.HostFitness(..., init=...)): a stateful host fitness takes no "
+                             "bounds, constraints, integer_variables or noisy; make it stateless (no init/update).")
         self.options, self.fun, self.kind, self.flat = options, fun, kind, Flat(x0)
         self.rng = np.random.default_rng([seed, 44])
         self.lagrangian = constraints.Lagrangian()
@@ -124,7 +127,7 @@ class Layers:
         f, g = self.evaluate(owner, points, strategy.popsize)
         ranked = np.array(f, copy=True)
         if self.options.noisy and not owner.reached_target():
-            ranked = self.measure_noise(owner, points, f)
+            self.measure_noise(owner, points, f)
         if self.options.box is not None and self.options.box.method == "penalty":
             ranked = ranked + bounds.penalties(self.options.box, self.penalty, genotypes)
         if g is not None:
@@ -209,14 +212,13 @@ class Layers:
 
     # ------------------------------------------------------------------ after the evaluations
 
-    def measure_noise(self, owner, points: np.ndarray, f: np.ndarray) -> np.ndarray:
-        """Evaluate a few members again (budget permitting), update the noise measure; the values to rank."""
+    def measure_noise(self, owner, points: np.ndarray, f: np.ndarray) -> None:
+        """Evaluate a few members again (budget permitting) and update the noise measure. The strategy ranks
+        the first values: ranking a re-evaluated member by its mean solved fewer bbob-noisy problems."""
         index = uncertainty.reevaluated(f, self.rng)
         room = owner.max_evals - owner.nfev - uncertainty.FINAL_EVALUATIONS
-        if self.kind == "python":
-            index = index[:max(room, 0)]
         if index.size == 0 or index.size > room or not np.all(np.isfinite(f[index])):
-            return f
+            return
         if self.kind == "python":
             again = np.array([objective.value_of(self.fun, self.flat.tree(points[i]), "evaluated again")
                               for i in index])
@@ -224,9 +226,6 @@ class Layers:
             again = self.values(points[index], owner.nit)
         owner.nfev += index.size
         self.noise = uncertainty.measured(self.noise, f, again, index)
-        ranked = np.array(f, copy=True)
-        ranked[index] = (f[index] + again) / 2
-        return ranked
 
     def after(self, loop, strategy, genotypes: np.ndarray, evaluated: tuple) -> None:
         """The updates after ``Loop.step``: the Lagrangian, the bound penalty's weights, noise's sigma."""
