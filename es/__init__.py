@@ -15,6 +15,7 @@ spans every process's devices (``docs/distributed.md``, ``python -m es.launch``)
 """
 
 from es import noise, validation
+from es.compilation_cache import enable_compilation_cache
 from es.blackbox import MinimizeResult, minimize
 from es.engine import stopping
 from es.engine.ask_tell import ask, stop_reasons, tell
@@ -102,6 +103,7 @@ __all__ = [
     "collectives_report",
     "compiled_generation_hlo",
     "distributed",
+    "enable_compilation_cache",
     "evolve",
     "evolve_many",
     "exchange_report",

@@ -27,7 +27,10 @@ differ in; sweeping an optimizer argument builds every run's optimizer with
 ``optax.inject_hyperparams``.
 
 Every CPU core this process may use is one JAX device unless XLA_FLAGS or
-JAX_NUM_CPU_DEVICES says otherwise.
+JAX_NUM_CPU_DEVICES says otherwise. Compiled programs are kept in JAX's
+persistent compilation cache (``~/.cache/es/jax``, or ``$ES_COMPILATION_CACHE``;
+``ES_COMPILATION_CACHE=off`` turns it off), so a second run compiles nothing
+the first one compiled.
 
 Under the launcher, ``python -m es.launch --processes N [--devices-per-process M]
 -- python -m experiments.train CONFIG.yaml ...``, the N processes form one run
@@ -236,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import es
 
+    es.compilation_cache.enable_by_default()  # a later run of the same programs loads them ($ES_COMPILATION_CACHE)
     warnings.showwarning = _one_line_checkpoint_warnings(warnings.showwarning)
 
     try:  # joins the other processes under es.launch or srun; nothing in a plain process

@@ -1,12 +1,25 @@
-"""Test setup: 8 emulated CPU devices, set before JAX creates its backend."""
+"""Test setup: 8 emulated CPU devices, set before JAX creates its backend, and one compilation cache.
+
+Every test process (``make test`` runs one per file, two at a time) keeps its compiled programs in JAX's
+persistent compilation cache in ``.cache/jax`` at the repository's root (``$ES_COMPILATION_CACHE`` if set), so
+a program that another file, or an earlier run, compiled is loaded instead of compiled again.
+"""
+
+import os
+import pathlib
 
 import chex
 
 chex.set_n_cpu_devices(8)
+os.environ.setdefault("ES_COMPILATION_CACHE", str(pathlib.Path(__file__).resolve().parents[1] / ".cache" / "jax"))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import pytest  # noqa: E402
+
+import es  # noqa: E402
+
+es.enable_compilation_cache()  # in $ES_COMPILATION_CACHE
 
 NUM_DEVICES = 8
 

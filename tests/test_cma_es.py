@@ -134,7 +134,7 @@ def test_cmaes_says_why_it_should_stop_and_keeps_running():
     with jax.enable_x64(True):
         strategy = es.CMAES(popsize=10, sigma=0.5, maximize=False)
         state = strategy.init(jax.random.key(0), jnp.ones(4))
-        state, metrics = es.evolve(strategy, lambda x, key: jnp.sum(x**2), state, 400)
+        state, metrics = es.evolve(strategy, lambda x, key: jnp.sum(x**2), state, 400, stop_criteria=es.StopCriteria())
         stops = np.asarray(metrics["stop"])
         assert stops[0] == 0 and stops[-1] != 0
         reasons = es.stop_reasons(strategy, state)
@@ -191,7 +191,8 @@ def test_stagnation_follows_pycma_it_waits_for_100_sparse_entries_then_reports_a
     at least 100 of them) cannot fire before generation 505; it fires soon after and stays."""
     strategy = es.SepCMAES(popsize=8, sigma=0.5, maximize=False)
     state = strategy.init(jax.random.key(0), jnp.zeros(2))
-    state, metrics = es.evolve(strategy, lambda x, key: jax.random.normal(key), state, 700)
+    state, metrics = es.evolve(strategy, lambda x, key: jax.random.normal(key), state, 700,
+                               stop_criteria=es.StopCriteria())
     bit = 1 << es.stopping.CRITERIA.index("stagnation")
     stagnated = np.flatnonzero(np.asarray(metrics["stop"]) & bit) + 1  # generations, counted from 1
     assert stagnated.size and 505 <= stagnated[0] <= 600, stagnated[:3]

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from es import validation
+from es import compilation_cache, validation
 from es.blackbox import integers as integers_layer
 from es.blackbox import layers, objective
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
@@ -154,12 +154,17 @@ def minimize(
 
     Returns:
       A ``MinimizeResult``.
+
+    Compiled programs are kept on disk for later processes (JAX's persistent
+    compilation cache, ``es.compilation_cache``: on by default in
+    ``~/.cache/es/jax``; ``ES_COMPILATION_CACHE=off`` leaves it off).
     """
     kind, template, x0, schedule = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
     options = layers.checked(x0, bounds, constraints, integer_variables, noisy)
     template = _fitted(template, options, strategy is None, sum(np.size(a) for a in jax.tree.leaves(x0)))
     if template.popsize != schedule.popsize:
         schedule = Schedule(restarts, template.popsize, sigma0, seed)
+    compilation_cache.enable_by_default()
     with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
         run = _Minimization(fun, kind, template, x0, max_evals, target, seed)
@@ -273,7 +278,8 @@ class _Minimization:
         """Up to ``CHUNK`` generations of a JAX function or an ``es.HostFitness`` in one compiled call."""
         fitness = adapter(objective.as_fitness(self.fun) if self.kind == "jax" else self.fun)
         count = int(min(CHUNK, left, (self.max_evals - self.nfev) // strategy.popsize))
-        mesh, execution = check_evolve_args(strategy, fitness, state, count, make_mesh(popsize=strategy.popsize))
+        mesh, execution = check_evolve_args(strategy, fitness, state, count, make_mesh(popsize=strategy.popsize),
+                                            stop_criteria=ask_tell.LOOP_CRITERIA)
         state, metrics = evolve_checked(strategy, fitness, state, count, mesh, execution)
         metrics = jax.tree.map(np.asarray, metrics)
         stop = ""

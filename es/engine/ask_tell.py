@@ -110,7 +110,9 @@ def tell(
         float64 values keep their precision (the engine ranks them in full).
       update_batch_size: as for ``es.evolve`` (it fixes the summation order:
         give the same value to match ``evolve`` bit for bit).
-      stop_criteria: the thresholds of the stopping conditions (``es.StopCriteria``).
+      stop_criteria: the thresholds of the stopping conditions reported in
+        ``metrics["stop"]`` (``es.StopCriteria()``: pycma's); ``None``: none
+        computed (``"stop"`` is 0; ``es.stop_reasons`` still says them).
 
     Returns:
       ``(state, metrics)``: the next state and this generation's metrics
@@ -194,6 +196,10 @@ class _LastTell(threading.local):
 _LAST_TELL = _LastTell()
 
 
+LOOP_CRITERIA = stopping.StopCriteria()
+"""The stopping conditions a ``Loop``'s step reports (pycma's defaults): its driver ends runs on them."""
+
+
 class Loop:
     """An ask/tell loop over one strategy and state layout, for a driver that owns its states (``es.minimize``):
     the checks of ``tell`` made once, and each generation's tell and the next ask in one compiled call.
@@ -209,7 +215,7 @@ class Loop:
     def __init__(self, strategy: Strategy, state: State, compiled=None):
         layout = _checked(strategy, state, "tell").layout
         self.state = state
-        self.hp = _prepared(strategy, layout, None, None)[1]
+        self.hp = _prepared(strategy, layout, None, LOOP_CRITERIA)[1]
         self.compiled = compiled or Loop.compile(strategy, state.params)
 
     def first(self):
@@ -227,7 +233,7 @@ class Loop:
         nothing runs). Safe on another thread, so a driver can compile the next run's while this one runs."""
         state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
         layout = Layout.of(state.params)
-        program, hp, mesh, execution = _prepared(strategy, layout, None, None)
+        program, hp, mesh, execution = _prepared(strategy, layout, None, LOOP_CRITERIA)
         dtype = jnp.result_type(float)
         given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
         ask = _ask_compiled.lower(program, 0, strategy.popsize, False, hp, state).compile()

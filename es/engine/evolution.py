@@ -77,7 +77,10 @@ def evolve(
         (one fused loop; nothing is stored). ``None``: ``max(16, 2**19 //
         num_params)``, at most ``2**24 // num_params``.
       stop_criteria: the thresholds of the stopping conditions reported in
-        the metric ``"stop"`` (``es.StopCriteria``; ``None``: pycma's defaults).
+        the metric ``"stop"`` (``es.StopCriteria()``: pycma's defaults).
+        ``None`` computes none (``"stop"`` is 0), which keeps them out of the
+        compiled program: about a fifth of its compile time. The history
+        they read is recorded either way (``es.stop_reasons`` works after).
 
     Peak memory is ``O((eval_batch_size + update_batch_size) * num_params)``,
     independent of popsize.

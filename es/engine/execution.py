@@ -38,14 +38,16 @@ class Execution:
         large enough to split: each device also updates only its slice of
         the coordinates and keeps its slice of the private state and best
         params between generations (``es.engine.update``).
-      criteria: the thresholds of the stopping conditions reported each generation.
+      criteria: the thresholds of the stopping conditions reported each generation (the metric ``"stop"``),
+        or ``None``: no condition is computed (``"stop"`` is 0), which keeps them out of the program. The
+        fitness history the conditions read is recorded either way, so ``es.stop_reasons`` works on any state.
     """
 
     exchange: str
     eval_batch_size: int
     update_batch_size: int
     shard_update: bool = False
-    criteria: StopCriteria = StopCriteria()
+    criteria: StopCriteria | None = None
 
     def identity(self, num_devices: int) -> dict:
         """What of the execution determines a run's results (JSON): a resume must not change it.
@@ -187,7 +189,7 @@ def resolve_execution(
         eval_batch_size=eval_batch_size,
         update_batch_size=update_batch_size or default_update_batch_size(draw),
         shard_update=exchange == "sharded" and splits_update(strategy, layout.dim, num_devices),
-        criteria=stop_criteria or StopCriteria(),
+        criteria=stop_criteria,
     )
 
 

@@ -42,7 +42,8 @@ METRIC_NAMES = (
     "update_norm",  # L2 norm of the change it made to the mean
     "params_norm",  # L2 norm of the mean after the update
     "sigma",  # mean perturbation scale used this generation (over coordinates)
-    "stop",  # stopping conditions met after the generation (int32 bitmask over es.engine.stopping.CRITERIA)
+    "stop",  # stopping conditions met after the generation (int32 bitmask over es.engine.stopping.CRITERIA;
+    # 0 unless the call was given stop_criteria)
 )
 
 
@@ -52,7 +53,7 @@ def generation_step(strategy: Strategy, fitness: Any, mesh: Mesh, execution, noi
 
     ``fitness`` is an adapter (``es.fitness.Fitness``, or the given values of
     ``es.tell``/``es.evolve_many``), ``hp`` the traced hyperparameters,
-    ``criteria`` the ``es.StopCriteria``. The phases run under
+    ``criteria`` the ``es.StopCriteria`` (``None``: no condition computed). The phases run under
     ``jax.named_scope``s (``es_evaluate``, ``es_noise``, ``es_fitness``,
     ``es_exchange``, ``es_update``, ``es_optimizer``) that profiles show.
     """
@@ -154,7 +155,7 @@ def record(strategy, hp, fitness, members, state, fitnesses, ranked, valid, stat
                               valid)
     new_state = State(updated.params, updated.strategy_state, state.key, state.generation + 1, updated.best_params,
                       updated.best_fitness, fitness_state, history)
-    found = stopping.state_conditions(strategy, hp, new_state, criteria)
+    found = {} if criteria is None else stopping.state_conditions(strategy, hp, new_state, criteria)
     metrics = {
         **fitness_metrics(fitnesses.value, valid),
         "best_fitness": updated.best_fitness,
