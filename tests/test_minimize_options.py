@@ -69,18 +69,22 @@ def test_bounds_a_python_objective_is_only_called_inside_the_box_across_restarts
     assert len(result.restarts) >= 2
 
 
-def test_bounds_a_jax_objective_is_only_called_inside_the_box():
+def test_all_four_options_with_a_jax_objective_and_jax_constraints():
     seen = []
 
     def recorded(x):
         jax.debug.callback(lambda value: seen.append(np.asarray(value)), x)
         return jax_sphere(x)
 
-    result = es.minimize(recorded, X0, 1.0, max_evals=800, bounds=scipy.optimize.Bounds(LOWER, UPPER))
+    result = es.minimize(recorded, X0, 1.0, max_evals=1200, bounds=scipy.optimize.Bounds(LOWER, UPPER),
+                         integer_variables=[2], constraints=lambda x: x[:1] - 0.5, noisy=True)
     jax.effects_barrier()
-    assert len(seen) == result.nfev and in_box(np.array(seen))
-    assert in_box(result.x) and result.fun == pytest.approx(sphere(result.x))
-    np.testing.assert_allclose(result.x[:2], [1.0, 0.25], atol=1e-2)
+    seen = np.array(seen)
+    assert len(seen) == result.nfev and seen.dtype == np.float64 and in_box(seen)
+    assert np.all(seen[:, 2] == np.round(seen[:, 2]))
+    assert in_box(result.x) and result.feasible and result.x[0] <= 0.5 and result.x[2] == 2.0
+    np.testing.assert_allclose(result.x, [0.5, 0.25, 2.0, 2.0], atol=1e-2)
+    assert result.fun == pytest.approx(sphere(result.x))  # a JAX function is noise-free: its mean is its value
 
 
 def test_the_box_map_is_pycmas_and_the_start_its_preimage():

@@ -64,6 +64,8 @@ class Flat:
 
     def tree(self, rows: np.ndarray) -> PyTree:
         """The pytree of ``rows`` (float[n]: one point; float[k, n]: a leading member axis)."""
+        if len(self.shapes) == 1:  # one array: no split (this runs once per member evaluated)
+            return jax.tree.unflatten(self.treedef, [rows.reshape(rows.shape[:-1] + self.shapes[0])])
         parts = np.split(rows, self.ends, axis=-1)
         return jax.tree.unflatten(self.treedef, [p.reshape(rows.shape[:-1] + s) for p, s in zip(parts, self.shapes)])
 

@@ -29,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from es import compilation_cache, validation
-from es.blackbox import integers as integers_layer
 from es.blackbox import layers, objective
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
 from es.engine import ask_tell, stopping
@@ -161,9 +160,7 @@ def minimize(
     """
     kind, template, x0, schedule = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
     options = layers.checked(x0, bounds, constraints, integer_variables, noisy)
-    template = _fitted(template, options, strategy is None, sum(np.size(a) for a in jax.tree.leaves(x0)))
-    if template.popsize != schedule.popsize:
-        schedule = Schedule(restarts, template.popsize, sigma0, seed)
+    _check_strategy_for(options, template)
     compilation_cache.enable_by_default()
     with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
@@ -423,11 +420,10 @@ def _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed):
     return kind, template, x0, Schedule(restarts, template.popsize, sigma0, seed)
 
 
-def _fitted(template: Strategy, options, default: bool, dim: int) -> Strategy:
-    """The template for the options: pycma's popsize with integer variables (``default``: no strategy given);
-    integer variables and ``noisy`` need a CMA-ES (a margin, a global sigma)."""
+def _check_strategy_for(options, template: Strategy) -> None:
+    """Integer variables and ``noisy`` need a CMA-ES (a margin, a global sigma): else a clear error."""
     if options is None:
-        return template
+        return
     needs = [name for name, used in (("integer_variables", options.integers is not None), ("noisy", options.noisy))
              if used]
     if needs and not isinstance(template, (CMAES, SepCMAES)):
@@ -435,7 +431,3 @@ def _fitted(template: Strategy, options, default: bool, dim: int) -> Strategy:
             f"es.minimize({needs[0]}=..., strategy={type(template).__name__}(...)): {needs[0]} needs es.CMAES or "
             "es.SepCMAES (a margin on the integer coordinates, a global sigma for noise); leave strategy=None."
         )
-    if options.integers is not None and default:
-        popsize = integers_layer.default_popsize(dim, options.integers.indices.size)
-        template = dataclasses.replace(template, popsize=max(template.popsize, popsize))
-    return template

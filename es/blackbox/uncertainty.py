@@ -64,10 +64,9 @@ def measured(noise: Noise, first: np.ndarray, second: np.ndarray, index: np.ndar
     r1, r2 = ranks[:popsize][index], ranks[popsize:][index]
     delta = r1 - r2 - np.sign(r1 - r2)
     every = np.arange(1, 2 * popsize)
-    limits = [0.5 * (np.percentile(np.abs(every - (a + 1 - (a > b))), THETA * 50, method="hazen")
-                     + np.percentile(np.abs(every - (b + 1 - (b > a))), THETA * 50, method="hazen"))
-              for a, b in zip(r1, r2)]
-    s = np.abs(delta) - np.maximum(limits, 1.0)
+    centres = np.stack([r1 + 1 - (r1 > r2), r2 + 1 - (r2 > r1)])  # [2, k]
+    quantiles = np.percentile(np.abs(every - centres[..., None]), THETA * 50, axis=-1, method="hazen")
+    s = np.abs(delta) - np.maximum(np.mean(quantiles, axis=0), 1.0)
     return Noise(noise.level + CUMULATION * (float(np.mean(s)) - noise.level))
 
 

@@ -216,10 +216,20 @@ class CMAES(Strategy):
             "tolx": jnp.all(sigma * jnp.maximum(jnp.abs(state.path_cov), jnp.sqrt(_diagonal(state.cov)))
                             < criteria.tolx),
             "tolupsigma": state.sigma / hp.sigma > criteria.tolupsigma * jnp.max(state.scales),
-            "conditioncov": jnp.max(state.scales) ** 2 > criteria.conditioncov * jnp.min(state.scales) ** 2,
+            "conditioncov": jnp.max(state.scales) ** 2 > self._condition_limit(state, criteria),
             "noeffectaxis": jnp.all(mean + step_on_axis == mean),
             "noeffectcoord": jnp.any(mean + 0.2 * sigma * jnp.sqrt(_diagonal(state.cov)) == mean),
         }
+
+    def _condition_limit(self, state: CMAESState, criteria) -> jax.Array:
+        """``conditioncov``'s bound on the largest eigenvalue of ``C``. With a margin the integer coordinates'
+        variance moves from ``C`` into ``A`` (their flat plateaus shrink it in ``C``): the bound then judges the
+        correlations, ``C``'s condition over that of its diagonal, as pycma's coordinate alleviation does."""
+        limit = criteria.conditioncov * jnp.min(state.scales) ** 2
+        if self.margin is None:
+            return limit
+        diagonal = _diagonal(state.cov)
+        return limit * jnp.max(diagonal) / jnp.min(diagonal)
 
 
 def eigen(cov: jax.Array) -> tuple[jax.Array, jax.Array]:

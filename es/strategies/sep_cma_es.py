@@ -176,6 +176,8 @@ class SepCMAES(Strategy):
         return {
             "tolx": jnp.all(sigma * jnp.maximum(jnp.abs(state.path_cov), std) < criteria.tolx),
             "tolupsigma": state.sigma / hp.sigma > criteria.tolupsigma * jnp.max(std),
-            "conditioncov": jnp.max(state.cov) > criteria.conditioncov * jnp.min(state.cov),
+            # with a margin, C's spread is the integer coordinates' variance moved into A: no condition to judge
+            "conditioncov": (jnp.max(state.cov) > criteria.conditioncov * jnp.min(state.cov)) if self.margin is None
+            else jnp.zeros((), bool),
             "noeffectcoord": jnp.any(mean + 0.2 * sigma * std == mean),
         }
