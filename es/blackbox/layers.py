@@ -29,6 +29,7 @@ import numpy as np
 
 from es.blackbox import bounds, constraints, integers, objective, uncertainty
 from es.engine.stopping import CRITERIA
+from es.strategies import CMAES, SepCMAES
 from es.strategies.margin import attached
 from es.strategies.recombination import positive_weights
 
@@ -301,6 +302,17 @@ def checked(x0: PyTree, box, g, integer_variables, noisy) -> Options | None:
     if box is None and g is None and integer is None and not noisy:
         return None
     return Options(box, g, kind, integer, bool(noisy))
+
+
+def check_strategy(options: Options | None, strategy) -> None:
+    """Integer variables and ``noisy`` need a CMA-ES (a margin, a global sigma): else a clear error."""
+    needs = [name for name, used in (("integer_variables", options is not None and options.integers is not None),
+                                     ("noisy", options is not None and options.noisy)) if used]
+    if needs and not isinstance(strategy, (CMAES, SepCMAES)):
+        raise ValueError(
+            f"es.minimize({needs[0]}=..., strategy={type(strategy).__name__}(...)): {needs[0]} needs es.CMAES or "
+            "es.SepCMAES (a margin on the integer coordinates, a global sigma for noise); leave strategy=None."
+        )
 
 
 def _spread(x0: PyTree, flat: Flat, value, name: str) -> np.ndarray:

@@ -160,7 +160,7 @@ def minimize(
     """
     kind, template, x0, schedule = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
     options = layers.checked(x0, bounds, constraints, integer_variables, noisy)
-    _check_strategy_for(options, template)
+    layers.check_strategy(options, template)
     compilation_cache.enable_by_default()
     with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
@@ -419,15 +419,3 @@ def _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed):
     kind = objective.kind_of(fun, x0)
     return kind, template, x0, Schedule(restarts, template.popsize, sigma0, seed)
 
-
-def _check_strategy_for(options, template: Strategy) -> None:
-    """Integer variables and ``noisy`` need a CMA-ES (a margin, a global sigma): else a clear error."""
-    if options is None:
-        return
-    needs = [name for name, used in (("integer_variables", options.integers is not None), ("noisy", options.noisy))
-             if used]
-    if needs and not isinstance(template, (CMAES, SepCMAES)):
-        raise ValueError(
-            f"es.minimize({needs[0]}=..., strategy={type(template).__name__}(...)): {needs[0]} needs es.CMAES or "
-            "es.SepCMAES (a margin on the integer coordinates, a global sigma for noise); leave strategy=None."
-        )
