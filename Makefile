@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs serve-docs install clean
+.PHONY: demo test test-fast docs serve-docs install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) tests/run_files.py --jobs 2
 	$(PY) -m mkdocs build --strict --quiet
+
+# The fast tier for the edit-and-test loop: the suite without the tests marked slow (learning runs, child
+# processes, long sweeps). CI runs `make test`, which runs everything.
+test-fast: $(STAMP)
+	$(PY) tests/run_files.py --jobs 2 -m "not slow"
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict

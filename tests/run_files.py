@@ -2,6 +2,7 @@
 
     python tests/run_files.py                 # every tests/test_*.py, 2 at a time
     python tests/run_files.py --jobs 1 tests/test_engine.py tests/test_runs.py
+    python tests/run_files.py -m "not slow"   # the fast tier (make test-fast)
 
 Why one process per file: in a single process for the whole suite, XLA's CPU
 compiler crashed (SIGSEGV/SIGABRT inside ``backend_compile``) after a few
@@ -11,7 +12,8 @@ keep a 2-core machine busy. The slowest files start first (``START_FIRST``) so
 the two workers finish together. Each file's output is printed whole when it
 finishes; a file that runs past ``--timeout`` seconds is killed (with its
 child processes) and counted as failed, so a hang can never stall CI. The exit
-status is 0 only if every file passed.
+status is 0 only if every file passed. ``-m EXPR`` selects tests by marker as pytest does (a file whose
+tests are all deselected counts as passed).
 """
 
 from __future__ import annotations
@@ -48,11 +50,15 @@ def ordered(files: list[Path]) -> list[Path]:
     return sorted(files, key=lambda f: (rank.get(f.name, len(rank)), f.name))
 
 
-def start(file: Path, log_dir: Path) -> tuple[subprocess.Popen, Path, float]:
+NOTHING_SELECTED = 5  # pytest's exit status when a file has no test that the marker expression selects
+
+
+def start(file: Path, log_dir: Path, marker: str | None = None) -> tuple[subprocess.Popen, Path, float]:
     log = log_dir / f"{file.stem}.log"
+    selection = ["-m", marker] if marker else []
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5", str(file)],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5", *selection, str(file)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,  # its own group: killed whole
         )
     return process, log, time.monotonic()
@@ -66,13 +72,13 @@ def kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def run(files: list[Path], jobs: int, timeout_s: float, log_dir: Path) -> int:
+def run(files: list[Path], jobs: int, timeout_s: float, log_dir: Path, marker: str | None = None) -> int:
     pending, running, results = ordered(files), {}, {}
     try:
         while pending or running:
             while pending and len(running) < jobs:
                 file = pending.pop(0)
-                running[file] = start(file, log_dir)
+                running[file] = start(file, log_dir, marker)
             time.sleep(0.2)
             for file, (process, log, began) in list(running.items()):
                 elapsed = time.monotonic() - began
@@ -82,7 +88,8 @@ def run(files: list[Path], jobs: int, timeout_s: float, log_dir: Path) -> int:
                 if timed_out:
                     kill_group(process)
                 del running[file]
-                ok = process.returncode == 0 and not timed_out
+                ok = not timed_out and (process.returncode == 0
+                                        or (marker is not None and process.returncode == NOTHING_SELECTED))
                 results[file] = (ok, elapsed)
                 verdict = "passed" if ok else f"TIMED OUT after {timeout_s:.0f} s" if timed_out else "FAILED"
                 print(f"==== {os.path.relpath(file)}: {verdict} in {elapsed:.0f} s", flush=True)
@@ -105,6 +112,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="test files run at once (default 2)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per file")
     parser.add_argument("--log-dir", type=Path, default=None, help="default: a fresh temporary folder")
+    parser.add_argument("-m", dest="marker", default=None, metavar="EXPR",
+                        help='run only the tests this marker expression selects, e.g. "not slow"')
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give at least 1")
@@ -117,7 +126,7 @@ def main(argv=None) -> int:
 
         args.log_dir = Path(tempfile.mkdtemp(prefix="es-tests-"))
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    return run(files, args.jobs, args.timeout, args.log_dir)
+    return run(files, args.jobs, args.timeout, args.log_dir, args.marker)
 
 
 if __name__ == "__main__":

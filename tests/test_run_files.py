@@ -42,6 +42,13 @@ def test_all_passing_files_exit_zero(tmp_path):
     assert "all 2 test files passed" in result.stdout
 
 
+def test_a_marker_expression_selects_tests_and_a_file_left_without_any_passes(tmp_path):
+    slow = "import pytest\n@pytest.mark.slow\ndef test_slow():\n    assert False, 'deselected'\n"
+    result = run_files(tmp_path, {"test_a.py": PASSING + slow, "test_b.py": slow}, "-m", "not slow")
+    assert result.returncode == 0, result.stdout
+    assert "==== test_b.py: passed" in result.stdout and "1 deselected" in result.stdout
+
+
 def test_a_hanging_file_is_killed_with_its_children_at_the_timeout(tmp_path):
     started = time.monotonic()
     result = run_files(tmp_path, {"test_hang.py": HANGING, "test_ok.py": PASSING}, "--timeout", "5")
