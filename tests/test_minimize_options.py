@@ -59,9 +59,11 @@ def in_box(points):
 # --------------------------------------------------------------------------- bounds
 
 
-def test_bounds_a_python_objective_is_only_called_inside_the_box_across_restarts():
+@pytest.mark.parametrize("box", [(LOWER, UPPER), bounds_layer.Box(LOWER, UPPER, "transform")],
+                         ids=["penalty", "transform"])
+def test_bounds_a_python_objective_is_only_called_inside_the_box_across_restarts(box):
     recorder = Recorder()
-    result = es.minimize(recorder, X0, 1.0, max_evals=1500, bounds=(LOWER, UPPER), restarts="ipop")
+    result = es.minimize(recorder, X0, 1.0, max_evals=1500, bounds=box, restarts="ipop")
     assert len(recorder.points) == result.nfev > 0 and in_box(recorder.seen)
     assert in_box(result.x) and result.x.dtype == np.float64
     np.testing.assert_allclose(result.x, [1.0, 0.25, 2.0, 2.0], atol=1e-3)  # the box's closest point
@@ -90,7 +92,7 @@ def test_all_four_options_with_a_jax_objective_and_jax_constraints():
 def test_the_box_map_is_pycmas_and_the_start_its_preimage():
     cma = pytest.importorskip("cma", reason="pycma, the reference: pip install -e '.[bench]'")
     rng = np.random.default_rng(1)
-    box = bounds_layer.Box(LOWER, UPPER)
+    box = bounds_layer.Box(LOWER, UPPER, "transform")
     x = rng.normal(size=(200, DIM)) * np.array([[3.0], [30.0], [3e3], [3e6]]).repeat(50, 0)
     reference = cma.boundary_handler.BoundTransform([list(LOWER), list(UPPER)])
     mapped = bounds_layer.transform(box, x)
@@ -98,6 +100,22 @@ def test_the_box_map_is_pycmas_and_the_start_its_preimage():
     assert in_box(mapped)
     inside = np.array([[-1.0, 0.25, 0.5, 7.0], [0.99, -0.3, 2.9, -1e9]])
     np.testing.assert_allclose(bounds_layer.transform(box, bounds_layer.inverse(box, inside)), inside, atol=1e-12)
+
+
+def test_the_penalty_clips_and_its_weights_grow_while_the_mean_stays_outside():
+    box = bounds_layer.Box(LOWER, UPPER)
+    assert box.method == "penalty"
+    x = np.array([[2.0, 0.0, 1.0, 5.0], [-3.0, 0.5, 4.0, 0.0]])
+    np.testing.assert_array_equal(bounds_layer.transform(box, x), [[1.0, 0.0, 1.0, 5.0], [-1.0, 0.25, 3.0, 0.0]])
+    state = bounds_layer.Penalty()
+    assert np.all(bounds_layer.penalties(box, state, x) == 0)  # no weights before the mean leaves the box
+    rng = np.random.default_rng(0)
+    members = np.array([1.5, 0.0, 1.0, 0.0]) + 0.1 * rng.normal(size=(8, DIM))
+    for _ in range(3):
+        state = bounds_layer.penalty_update(box, state, rng.uniform(size=8), members, members.mean(axis=0), 2.0)
+    assert state.gamma is not None and state.gamma[0] > state.gamma[1] > 0  # coordinate 0 is far outside
+    np.testing.assert_allclose(bounds_layer.penalties(box, state, x), [state.gamma[0] * 1.0 / DIM,
+                               (state.gamma[0] * 4.0 + state.gamma[1] * 0.0625 + state.gamma[2]) / DIM])
 
 
 # --------------------------------------------------------------------------- integer variables
