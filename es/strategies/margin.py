@@ -15,9 +15,9 @@ value cells are ``[k - 1/2, k + 1/2)``, the outermost reaching to -inf / +inf. A
                       masses above alpha / 2 in proportion; then m_j and A_j solve
                       l = m_j - z_low s',  u = m_j + z_up s'  (z = Phi^-1(1 - p')),  A_j = s' / (sigma sqrt(C_jj))
 
-``alpha = rate / (n lambda)``; the paper's ``rate`` is 1, ``es.minimize`` takes 0.5 (``es.blackbox.integers``:
-measured on COCO's bbob-mixint). With no margin (``None``) a strategy's state holds no ``scaling`` and its
-maths are unchanged, bit for bit.
+The paper's ``alpha`` is ``1 / (n lambda)`` (``alpha=None``); ``es.minimize`` fixes it per coordinate
+(``es.blackbox.integers.ALPHA``, measured on COCO's bbob-mixint). With no margin (``None``) a strategy's
+state holds no ``scaling`` and its maths are unchanged, bit for bit.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ class IntegerMargin(NamedTuple):
     Attributes:
       indices: flat (``ravel_pytree``) indices of the integer coordinates, sorted, distinct.
       lower, upper: per index, the smallest and largest value (floats: -inf / inf where unbounded).
-      rate: the least probability of another value is ``alpha = rate / (n popsize)`` (the paper's: 1).
+      alpha: the least probability of another value, per coordinate; ``None``: the paper's ``1 / (n popsize)``.
     """
 
     indices: tuple[int, ...]
     lower: tuple[float, ...]
     upper: tuple[float, ...]
-    rate: float = 1.0
+    alpha: float | None = None
 
 
 def attached(strategy, margin: IntegerMargin | None):
@@ -61,7 +61,7 @@ def correct(margin: IntegerMargin, mean: jax.Array, std: jax.Array, scaling: jax
     """``(mean, scaling)`` after the margin: ``std`` is ``sigma sqrt(C_jj)`` per coordinate (float[n], without
     ``scaling``), ``mean`` the updated mean. Only the integer coordinates change."""
     n = mean.shape[0]
-    alpha = margin.rate / (n * popsize)
+    alpha = margin.alpha if margin.alpha is not None else 1.0 / (n * popsize)
     index = jnp.asarray(margin.indices, jnp.int32)
     lo, hi = (jnp.asarray(bound, mean.dtype) for bound in (margin.lower, margin.upper))
     m, base = mean[index], jnp.maximum(std[index], jnp.finfo(mean.dtype).tiny)
