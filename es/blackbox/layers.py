@@ -1,5 +1,6 @@
-"""The generations of ``es.minimize`` with bounds, constraints, integer variables or noise: host-side layers
-around ``es.engine.ask_tell.Loop``, one generation per call, for every kind of objective.
+"""The generations of ``es.minimize``, with bounds, constraints, integer variables or noise when asked: host-side
+layers around ``es.engine.ask_tell.Loop``, one generation per call, for every kind of objective (with no
+option asked for, every layer is the identity and a generation is ask, evaluate, tell).
 
 A generation reads top to bottom:
 
@@ -26,9 +27,12 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from es.blackbox import bounds, constraints, integers, objective, uncertainty
 from es.engine.stopping import CRITERIA
+from es.parallel.mesh import POPULATION_AXIS
 from es.strategies import CMAES, SepCMAES
 from es.strategies.margin import attached
 from es.strategies.recombination import positive_weights
@@ -72,8 +76,20 @@ class Flat:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _batched(fun: Callable, points: PyTree) -> jax.Array:
+def _vmapped(fun: Callable, points: PyTree) -> jax.Array:
     return jax.vmap(fun)(points)
+
+
+def _batched(fun: Callable, points: PyTree) -> jax.Array:
+    """``fun`` on every row of ``points`` (numpy, a leading member axis), one jitted ``jax.vmap``, the members
+    sharded over the most local devices that divide their number (no collective: each device its rows)."""
+    count = jax.tree.leaves(points)[0].shape[0]
+    devices = jax.local_devices()
+    used = max(n for n in range(1, len(devices) + 1) if count % n == 0)
+    if used == 1:
+        return _vmapped(fun, jax.tree.map(jnp.asarray, points))
+    sharding = NamedSharding(jax.sharding.Mesh(devices[:used], (POPULATION_AXIS,)), P(POPULATION_AXIS))
+    return _vmapped(fun, jax.device_put(points, sharding))
 
 
 class Layers:
@@ -81,8 +97,9 @@ class Layers:
 
     def __init__(self, options: Options, fun, kind: str, x0: PyTree, seed: int):
         if kind == "host" and fun.stateful:
-            raise ValueError("es.minimize(fun=es.HostFitness(..., init=...)): a stateful host fitness takes no "
-                             "bounds, constraints, integer_variables or noisy; make it stateless (no init/update).")
+            raise ValueError("es.minimize(fun=es.HostFitness(..., init=...)): es.minimize evaluates fn(params, seed) "
+                             "-> float; a stateful host fitness (init/update/stats) is for es.evolve and es.run. Make "
+                             "it stateless (no init, update or stats).")
         self.options, self.fun, self.kind, self.flat = options, fun, kind, Flat(x0)
         self.rng = np.random.default_rng([seed, 44])
         self.lagrangian = constraints.Lagrangian()
@@ -173,7 +190,7 @@ class Layers:
         """``fun`` on the rows ``points`` at once (a JAX function or an ``es.HostFitness``), float64."""
         trees = self.flat.tree(points)
         if self.kind == "jax":
-            return np.asarray(_batched(self.fun, jax.tree.map(jnp.asarray, trees)), np.float64)
+            return np.asarray(_batched(self.fun, trees), np.float64)
         seeds = self.rng.integers(0, 2**32, size=points.shape[0], dtype=np.uint32)
         values = np.asarray(self.fun.evaluate_batch(trees, seeds), np.float64)
         if values.shape != (points.shape[0],):
@@ -184,7 +201,7 @@ class Layers:
     def constraint_values(self, points: np.ndarray) -> np.ndarray:
         """``g`` of every row of ``points``: float64[k, m] (checked)."""
         if self.options.constraint_kind == "jax":
-            out = np.asarray(_batched(self.options.constraints, jax.tree.map(jnp.asarray, self.flat.tree(points))))
+            out = np.asarray(_batched(self.options.constraints, self.flat.tree(points)))
             g = np.stack([constraints.checked_values(row, self.g_count, "for a member") for row in out])
         else:
             g = np.stack([constraints.checked_values(self.options.constraints(self.flat.tree(row)), self.g_count,

@@ -10,9 +10,14 @@ the whole call until ``max_evals`` (never exceeded), the ``target`` or the last 
 bottom:
 
 1. a state from ``x0`` (a new key per run), the strategy resized to the run's popsize and sigma;
-2. generations: a Python callable is asked for the members one generation at a time (``es.ask``/
-   ``es.tell``), a JAX function or an ``es.HostFitness`` runs in compiled chunks of ``es.evolve``;
-3. after each generation (chunk): the best point so far, the budget, the target, the stopping conditions.
+2. generations, one at a time, through es.engine's ask/tell loop (``ask_tell.Loop``: each generation's tell
+   and the next ask in one compiled call) and ``es.blackbox.layers``: the members are evaluated by their
+   kind (a JAX function: one jitted ``jax.vmap``; a Python callable: member by member; an
+   ``es.HostFitness``: one dispatch to its workers), with the options' transformations around them;
+3. after each generation: the best point so far, the budget, the target, the stopping conditions.
+
+A run compiles two programs per popsize and nothing per generation count (``_Programs``), and JAX's
+persistent compilation cache keeps them for later processes (``es.compilation_cache``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -32,17 +36,11 @@ from es import compilation_cache, validation
 from es.blackbox import layers, objective
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
 from es.engine import ask_tell, stopping
-from es.engine.evolution import evolve_checked
-from es.engine.execution import check_evolve_args
-from es.fitness import adapter
-from es.parallel.mesh import make_mesh
 from es.strategies import CMAES, SepCMAES
 from es.strategies.base import Strategy
 from es.strategies.cma_es import MAX_DIM
 
 PyTree = Any
-CHUNK = 20
-"""Generations per compiled ``es.evolve`` call for a JAX function or an ``es.HostFitness``."""
 
 
 class Run(NamedTuple):
@@ -165,7 +163,7 @@ def minimize(
     with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
         run = _Minimization(fun, kind, template, x0, max_evals, target, seed)
-        run.layers = None if options is None else layers.Layers(options, fun, kind, x0, seed)
+        run.layers = layers.Layers(options or layers.Options(), fun, kind, x0, seed)
         return run.run_all(schedule)
 
 
@@ -196,7 +194,7 @@ class _Minimization:
         self.best_x, self.best = None, math.inf
         self.history = {name: [] for name in ("nfev", "fun", "generation_fun", "sigma", "popsize", "run")}
         self.runs: list[Run] = []
-        self.layers: layers.Layers | None = None  # bounds, constraints, integer variables, noise
+        self.layers: layers.Layers | None = None  # a generation (bounds, constraints, integers, noise), run_all's
 
     # ----------------------------------------------------------------- the call
 
@@ -209,7 +207,7 @@ class _Minimization:
                 stop = f"max_evals: the budget of {self.max_evals} evaluations is spent"
                 break
             before = (self.nfev, self.nit)
-            if self.loops and schedule.restarts is not None:  # compile the next large run's meanwhile
+            if schedule.restarts is not None:  # compile the next large run's meanwhile
                 self.programs.prefetch(self.with_layers(
                     dataclasses.replace(strategy, popsize=schedule.next_large_popsize())))
             run_stop = self.one_run(strategy, settings, len(self.runs))
@@ -227,19 +225,15 @@ class _Minimization:
 
     def one_run(self, strategy: Strategy, settings: RunSettings, index: int) -> str:
         """Run ``strategy`` from ``x0`` until a stopping condition, the budget, the target or its generations."""
-        start = self.x0 if self.layers is None else self.layers.genotype(self.x0)
-        state = strategy.init(jax.random.fold_in(jax.random.key(self.seed), index), start)
+        state = strategy.init(jax.random.fold_in(jax.random.key(self.seed), index), self.layers.genotype(self.x0))
         limit = settings.max_generations or math.inf
         generations = 0
-        step = self.python_generation if self.kind == "python" else self.compiled_generations
-        if self.layers is not None:
-            step = functools.partial(self.layers.generation, self)
-            self.layers.start_run()
-        if self.loops:  # the loop over generations stays with es.engine's ask/tell, checked once
-            state = ask_tell.Loop(strategy, state, self.programs.get(strategy))
-            state.members = state.first()
+        self.layers.start_run()
+        # Every kind of objective: es.engine's ask/tell loop, checked once, one compiled call a generation.
+        state = ask_tell.Loop(strategy, state, self.programs.get(strategy))
+        state.members = state.first()
         while True:
-            state, done, stop = step(strategy, state, index, limit - generations)
+            state, done, stop = self.layers.generation(self, strategy, state, index, limit - generations)
             generations += done
             if self.reached_target():
                 stop = f"target: fun(x) = {float(self.best)!r} <= target = {float(self.target)!r}"
@@ -248,62 +242,17 @@ class _Minimization:
             elif generations >= limit and not stop:
                 stop = f"max_generations: this small-population run's {int(limit)} generations are spent"
             if stop:
-                if self.layers is not None:
-                    self.layers.end_run(self, state)
+                self.layers.end_run(self, state)
                 return stop
-
-    def python_generation(self, strategy: Strategy, loop, index: int, left: float):
-        """One generation of a Python callable: evaluate the members asked, tell them (and ask the next ones
-        in the same compiled call). ``(loop, 1, stop)``."""
-        del left
-        leaves, treedef = jax.tree.flatten(jax.tree.map(np.asarray, loop.members))
-        values = np.full((strategy.popsize,), np.nan)
-        for i in range(min(strategy.popsize, self.max_evals - self.nfev)):
-            x = jax.tree.unflatten(treedef, [leaf[i] for leaf in leaves])
-            values[i] = objective.value_of(self.fun, x, f"for member {i} of generation {self.nit}")
-            self.nfev += 1
-            if values[i] < self.best:
-                self.best, self.best_x = values[i], x
-            if self.reached_target():
-                break
-        (best, sigma, stop), loop.members = loop.step(values)
-        generation_best = np.nanmin(values) if np.any(np.isfinite(values)) else math.nan
-        self.record(best, sigma, generation_best, strategy.popsize, index)
-        return loop, 1, self.stop_text(strategy, stop)
-
-    def compiled_generations(self, strategy: Strategy, state, index: int, left: float):
-        """Up to ``CHUNK`` generations of a JAX function or an ``es.HostFitness`` in one compiled call."""
-        fitness = adapter(objective.as_fitness(self.fun) if self.kind == "jax" else self.fun)
-        count = int(min(CHUNK, left, (self.max_evals - self.nfev) // strategy.popsize))
-        mesh, execution = check_evolve_args(strategy, fitness, state, count, make_mesh(popsize=strategy.popsize),
-                                            stop_criteria=ask_tell.LOOP_CRITERIA)
-        state, metrics = evolve_checked(strategy, fitness, state, count, mesh, execution)
-        metrics = jax.tree.map(np.asarray, metrics)
-        stop = ""
-        for g in range(count):
-            self.nfev += strategy.popsize
-            self.record(float(metrics["best_fitness"][g]), float(metrics["sigma"][g]), float(metrics["fitness_min"][g]),
-                        strategy.popsize, index)
-            stop = stop or self.stop_text(strategy, int(metrics["stop"][g]))
-        if float(state.best_fitness) < self.best:
-            self.best, self.best_x = float(state.best_fitness), jax.tree.map(np.asarray, state.best_params)
-        return state, count, stop
 
     # ----------------------------------------------------------------- options (es.blackbox.layers)
 
-    @property
-    def loops(self) -> bool:
-        """Whether runs go through ``ask_tell.Loop`` (a Python objective, or any objective with options)."""
-        return self.kind == "python" or self.layers is not None
-
     def with_layers(self, strategy: Strategy) -> Strategy:
-        return strategy if self.layers is None else self.layers.strategy(strategy)
+        return self.layers.strategy(strategy)
 
     def generation_cost(self, strategy: Strategy) -> int:
         """Evaluations left that a run's next generation needs (a Python objective's may be cut short)."""
-        if self.layers is not None:
-            return self.layers.cost(strategy.popsize)
-        return 1 if self.kind == "python" else strategy.popsize
+        return self.layers.cost(strategy.popsize)
 
     # ----------------------------------------------------------------- bookkeeping
 
@@ -332,18 +281,16 @@ class _Minimization:
                                                   for name in CONVERGED)
         history = {name: np.asarray(values, np.float64 if name in ("fun", "generation_fun", "sigma") else np.int64)
                    for name, values in self.history.items()}
-        x, fun, feasible, violation = self.best_x, float(self.best), True, 0.0
-        if self.layers is not None:
-            x, fun, feasible, violation = self.layers.outcome(self)
-            success = success and feasible
+        x, fun, feasible, violation = self.layers.outcome(self)
+        success = success and feasible
         x = x if x is not None else jax.tree.map(np.asarray, self.x0)
         return MinimizeResult(jax.tree.map(lambda a: np.asarray(a, np.float64), x), fun, self.nfev,
                               self.nit, tuple(self.runs), stop, bool(success), history, feasible, violation,
-                              0 if self.layers is None else self.layers.ngev)
+                              self.layers.ngev)
 
 
 class _Programs:
-    """The ask/tell programs of a Python objective's runs, by popsize: a new popsize is a new program, and the
+    """The ask/tell programs of the runs, by popsize: a new popsize is a new program, and the
     next large run's is compiled on a background thread while the current run goes on (``prefetch``).
     Compiled programs are kept for the life of the process (``_COMPILED``), as JAX keeps its own."""
 
