@@ -14,7 +14,6 @@ chex.set_n_cpu_devices(8)
 os.environ.setdefault("ES_COMPILATION_CACHE", str(pathlib.Path(__file__).resolve().parents[1] / ".cache" / "jax"))
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import pytest  # noqa: E402
 
 import es  # noqa: E402
@@ -28,18 +27,6 @@ NUM_DEVICES = 8
 def _eight_devices():
     assert jax.device_count() == NUM_DEVICES, "tests need 8 emulated CPU devices"
     yield
-
-
-def sphere(params, key):
-    """Negated squared norm of any pytree (maximised at 0)."""
-    del key
-    return -sum(jnp.sum(x**2) for x in jax.tree.leaves(params))
-
-
-def rastrigin(x, key):
-    """Negated Rastrigin function (maximum 0 at x = 0)."""
-    del key
-    return -(10.0 * x.size + jnp.sum(x**2 - 10.0 * jnp.cos(2 * jnp.pi * x)))
 
 
 @pytest.fixture

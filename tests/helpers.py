@@ -1,8 +1,76 @@
-"""What several test files share: processes (is one alive, wait until some are gone)."""
+"""What the test files share: canonical problems and sizes, one instance of each strategy, processes.
+
+Every compiled program is keyed by its strategy, shapes, generation count, fitness and mesh; a test that
+uses the shared ones (``POPSIZE``, ``GENERATIONS``, ``STRATEGIES``, ``policy_params`` with
+``noisy_policy_return``...) reuses a program another test compiled, in this process or, through JAX's
+persistent compilation cache (tests/conftest.py), in another test file. Pick another size only where the
+property under test needs it, and say why.
+"""
 
 from __future__ import annotations
 
 import time
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import es
+
+POPSIZE = 32
+"""The population of a test that needs "a population": divisible by 8 devices, pairs on each device."""
+GENERATIONS = 3
+"""Generations of a test that needs "a few generations" (a bit-identity, a continuation, a refusal)."""
+
+
+def sphere(params, key):
+    """Negated squared norm of any pytree (maximised at 0)."""
+    del key
+    return -sum(jnp.sum(x**2) for x in jax.tree.leaves(params))
+
+
+def rastrigin(x, key):
+    """Negated Rastrigin function (maximum 0 at x = 0)."""
+    del key
+    return -(10.0 * x.size + jnp.sum(x**2 - 10.0 * jnp.cos(2 * jnp.pi * x)))
+
+
+def noisy_policy_return(params, key, horizon=20, noise_scale=0.1):
+    """A gymnax-like rollout: a scan whose carry starts from constants, a matmul, and the key."""
+    w1, w2 = params["w1"], params["w2"]
+
+    def step(carry, step_key):
+        obs, total = carry
+        action = jnp.tanh(jnp.tanh(obs @ w1) @ w2)
+        obs = 0.9 * obs + 0.1 * action + noise_scale * jax.random.normal(step_key, obs.shape)
+        return (obs, total - jnp.sum(obs**2)), None
+
+    (_, total), _ = jax.lax.scan(step, (jnp.ones(4), 0.0), jax.random.split(key, horizon))
+    return total
+
+
+def policy_params(key=None):
+    """The parameters of ``noisy_policy_return``: a 4-32-4 network (256 params)."""
+    k1, k2 = jax.random.split(jax.random.key(1) if key is None else key)
+    return {"w1": 0.1 * jax.random.normal(k1, (4, 32)), "w2": 0.1 * jax.random.normal(k2, (32, 4))}
+
+
+# One instance of each strategy, with settings that suit the small test problems.
+STRATEGIES = {
+    "OpenES": es.OpenES(popsize=POPSIZE, sigma=0.1, optimizer=optax.adam(0.05)),
+    "SNES": es.SNES(popsize=POPSIZE, sigma=0.3),
+    "SNES-antithetic": es.SNES(popsize=POPSIZE, sigma=0.3, antithetic=True),
+    "PGPE": es.PGPE(popsize=POPSIZE, sigma=0.3, optimizer=es.clipup(0.1, max_speed=0.2)),
+    "ARS": es.ARS(popsize=POPSIZE, sigma=0.1, top_k=8, learning_rate=0.05),
+    "SepCMAES": es.SepCMAES(popsize=POPSIZE, sigma=0.3),
+}
+
+
+def evolve(strategy, fitness_fn, params, generations=GENERATIONS, num_devices=1, seed=0, **execution):
+    """``es.evolve`` of ``strategy`` from ``params`` (run key ``seed``) on ``num_devices`` devices (the state made
+    with ``fitness_fn``: a stateful fitness's state included)."""
+    state = strategy.init(jax.random.key(seed), params, fitness=fitness_fn)
+    return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices), **execution)
 
 
 def pid_alive(pid: int) -> bool:

@@ -2,7 +2,7 @@
 
 import jax
 import jax.numpy as jnp
-from conftest import sphere
+from helpers import sphere
 
 import es
 

@@ -1,57 +1,24 @@
-"""Every code snippet in the docs and the README runs, so the docs cannot rot.
-
-- ```python blocks: executed in order, one namespace per page (later blocks build on earlier ones);
-  they carry their own assertions.
-- ```bash blocks: every `python -m MODULE` they mention must be importable, and every `make TARGET`
-  must exist in the Makefile.
-- ```text blocks are messages or output, not code.
-"""
+"""Every code snippet in the README and the top-level docs pages runs, so the docs cannot rot; every fenced
+block has a language; the shell snippets name real modules and make targets. (The guides' and the concepts'
+snippets: test_docs_guides.py, test_docs_concepts.py; the machinery: docs_snippets.py.)"""
 
 from __future__ import annotations
 
 import importlib.util
-import pathlib
 import re
-import sys
-import types
 
-import cloudpickle
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+from docs_snippets import FENCE, PAGES, ROOT, blocks, page_id, python_pages, run_page
 
 
-def blocks(page: pathlib.Path, language: str) -> list[str]:
-    return [code for lang, code in FENCE.findall(page.read_text()) if lang == language]
-
-
-def page_id(page: pathlib.Path) -> str:
-    return str(page.relative_to(ROOT))
-
-
-@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=page_id)
+@pytest.mark.parametrize("page", python_pages("top"), ids=page_id)
 def test_python_snippets_run(page, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    # A real module, so dataclasses (flax modules) defined in a snippet can find it in sys.modules; its
-    # functions are still pickled by value (es.HostFitness ships them to workers that cannot import it).
-    module = types.ModuleType(f"docs_{page.stem}")
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    cloudpickle.register_pickle_by_value(module)
-    namespace = module.__dict__
-    try:
-        run_blocks(page, namespace)
-    finally:
-        cloudpickle.unregister_pickle_by_value(module)
+    run_page(page, monkeypatch)
 
 
-def run_blocks(page: pathlib.Path, namespace: dict) -> None:
-    for number, code in enumerate(blocks(page, "python"), start=1):
-        try:
-            exec(compile(code, f"{page_id(page)}[python block {number}]", "exec"), namespace)
-        except Exception as error:  # name the page and block, keep the traceback
-            raise AssertionError(f"{page_id(page)}: python block {number} failed: {error!r}") from error
+def test_every_page_with_python_blocks_is_run_by_one_test_file():
+    areas = python_pages("top") + python_pages("docs/guides") + python_pages("docs/concepts")
+    assert sorted(areas) == [p for p in PAGES if blocks(p, "python")]
 
 
 def test_every_fenced_block_has_a_language():

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import rastrigin, sphere
+from helpers import rastrigin, sphere
 
 import es
 

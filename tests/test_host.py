@@ -48,18 +48,6 @@ def evolve_with(fn, generations=GENERATIONS, devices=1, **options):
 # ------------------------------------------------------------------ results
 
 
-def test_results_do_not_depend_on_num_workers_or_the_device_count():
-    runs = {
-        (workers, devices): evolve_with(host_problem, devices=devices, num_workers=workers)
-        for workers, devices in ((1, 1), (2, 2), (2, 8))
-    }
-    (reference, metrics), *others = runs.values()
-    assert np.all(np.isfinite(metrics["fitness_mean"])) and int(metrics["num_invalid"].sum()) == 0
-    for state, _ in others:
-        np.testing.assert_array_equal(np.asarray(state.params["x"]), np.asarray(reference.params["x"]))
-        assert float(state.best_fitness) == float(reference.best_fitness)
-
-
 def test_zero_generations_give_the_state_and_empty_metrics_of_the_generation_dtypes():
     state, metrics = evolve_with(host_problem, generations=0, devices=2, num_workers=1)
     assert int(state.generation) == 0 and set(metrics) == set(es.METRIC_NAMES)

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 import scipy.stats
-from conftest import rastrigin
+from helpers import rastrigin
 
 import es
 from es.engine import generation as engine
@@ -172,13 +172,6 @@ def test_pair_evaluation_is_chosen_identically_on_1_2_4_8_devices(popsize, antit
 def run(strategy, fitness_fn, params, generations, num_devices):
     state = strategy.init(jax.random.key(0), params)
     return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices))
-
-
-def test_noise_table_is_bit_identical_across_device_counts():
-    """1 vs 8 devices (the PRNG source is checked on 1, 2, 4 and 8 in test_engine.py)."""
-    strategy = es.OpenES(popsize=32, sigma=0.1, noise=es.NoiseTable(size=4096, seed=1))
-    params = jnp.linspace(-3.0, 3.0, 200)
-    chex.assert_trees_all_equal(run(strategy, rastrigin, params, 3, 8), run(strategy, rastrigin, params, 3, 1))
 
 
 def test_noise_table_learns_like_fresh_noise():

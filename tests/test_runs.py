@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import sphere
+from helpers import sphere
 
 import es
 from es.runs.metrics_log import read_metrics

@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import sphere
-from test_strategies import STRATEGIES
+from helpers import STRATEGIES, sphere
 
 import es
 from es.engine import evolution, execution
@@ -73,28 +72,6 @@ def test_sums_over_a_slice_are_the_bits_of_the_full_sums(source, squares):
         for start in (0, 9, dim - size):
             part = sums(jnp.int32(start))
             chex.assert_trees_all_equal(part, jax.tree.map(lambda x, s=start, n=size: x[s:s + n], full))
-
-
-# Every strategy with PRNG noise; the table with one strategy that gathers the linear sum alone (OpenES) and one
-# that also gathers the squared sum (SNES): the noise source's slicing does not depend on the strategy otherwise.
-SHARDED_CASES = [(name, "prng") for name in ("OpenES", "SNES", "PGPE", "ARS", "SepCMAES")] + [
-    ("OpenES", "table"), ("SNES", "table")]
-
-
-@pytest.mark.parametrize("name, source", SHARDED_CASES, ids=[f"{n}-{s}" for n, s in SHARDED_CASES])
-def test_sharded_on_8_devices_is_fitness_bit_for_bit(name, source):
-    """70,001 params, so the last slice on 8 devices overlaps the one before it."""
-    strategy = dataclasses.replace(STRATEGIES[name], noise=SOURCES[source])
-    chex.assert_trees_all_equal(evolve(strategy, odd_sized_params(), 8, "sharded"), fitness_reference(name, source))
-
-
-# Each device count once: the linear sum alone (OpenES) on 1 and 2 devices, with the squared sum (SNES) on 4.
-@pytest.mark.parametrize("name, device_counts", [("OpenES", (1, 2)), ("SNES", (4,))], ids=["OpenES", "SNES"])
-def test_sharded_is_fitness_bit_for_bit_on_1_2_and_4_devices(name, device_counts):
-    strategy = dataclasses.replace(STRATEGIES[name], noise=SOURCES["prng"])
-    for num_devices in device_counts:
-        chex.assert_trees_all_equal(
-            evolve(strategy, odd_sized_params(), num_devices, "sharded"), fitness_reference(name, "prng"))
 
 
 def test_sharded_with_fewer_than_min_slice_params_sums_everything_like_fitness():
@@ -167,8 +144,9 @@ def test_sharded_moves_the_fitnesses_and_one_slice_of_each_sum_per_device(strate
 
 
 # A coordinatewise update (es/engine/update.py): each device updates its slice, keeps its slice of the optimizer
-# state and best params, and gathers the new mean (and SNES's sigma). Each strategy that has one, with PRNG noise
-# on 8 devices; the table with the two kinds of state (a private optimizer state, a shared sigma).
+# state and best params, and gathers the new mean (and SNES's sigma). tests/test_invariance.py runs each strategy
+# that has one with PRNG noise on 8 devices, and the table with the two kinds of state (a private optimizer
+# state, a shared sigma), against exchange="fitness" on one device.
 COORDINATEWISE = {
     "OpenES": es.OpenES(popsize=32, sigma=0.1, optimizer=es.optimizers.make("adam", learning_rate=0.05),
                         weight_decay=0.01),
@@ -176,19 +154,6 @@ COORDINATEWISE = {
     "ARS": STRATEGIES["ARS"],
     "PGPE": es.PGPE(popsize=32, sigma=0.3, optimizer=es.optimizers.make("sgd", learning_rate=0.1, momentum=0.9)),
 }
-UPDATE_CASES = [(name, "prng", 8) for name in COORDINATEWISE] + [
-    ("OpenES", "table", 8), ("SNES", "table", 8), ("OpenES", "prng", 2), ("PGPE", "prng", 4)]
-
-
-@pytest.mark.parametrize("name, source, num_devices", UPDATE_CASES, ids=[f"{n}-{s}-{d}" for n, s, d in UPDATE_CASES])
-def test_sharded_coordinatewise_update_is_fitness_bit_for_bit(name, source, num_devices):
-    strategy = dataclasses.replace(COORDINATEWISE[name], noise=SOURCES[source])
-    state = strategy.init(jax.random.key(0), odd_sized_params())
-    _, resolved = execution.check_evolve_args(strategy, es.fitness.adapter(noisy_fitness), state, 1, es.make_mesh(num_devices), "sharded")
-    assert strategy.coordinatewise and resolved.shard_update
-    chex.assert_trees_all_equal(evolve(strategy, odd_sized_params(), num_devices, "sharded", generations=3),
-                                evolve(strategy, odd_sized_params(), 1, "fitness", generations=3))
-
 
 def test_each_device_carries_only_its_slice_of_the_optimizer_state_and_best_params():
     strategy = COORDINATEWISE["OpenES"]

@@ -7,36 +7,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import rastrigin, sphere
-from test_engine import noisy_policy_return, policy_params
+from helpers import STRATEGIES, rastrigin, sphere
 from test_validation import raises
 
 import es
 
-# One instance of each strategy, with settings that suit the small test problems.
-STRATEGIES = {
-    "OpenES": es.OpenES(popsize=32, sigma=0.1, optimizer=optax.adam(0.05)),
-    "SNES": es.SNES(popsize=32, sigma=0.3),
-    "SNES-antithetic": es.SNES(popsize=32, sigma=0.3, antithetic=True),
-    "PGPE": es.PGPE(popsize=32, sigma=0.3, optimizer=es.clipup(0.1, max_speed=0.2)),
-    "ARS": es.ARS(popsize=32, sigma=0.1, top_k=8, learning_rate=0.05),
-    "SepCMAES": es.SepCMAES(popsize=32, sigma=0.3),
-}
 IDS = list(STRATEGIES)
 
 
 def evolve(strategy, fitness_fn, params, generations, num_devices=1, seed=0):
     state = strategy.init(jax.random.key(seed), params)
     return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices))
-
-
-@pytest.mark.parametrize("name", IDS)
-def test_bit_identical_on_1_2_4_and_8_devices_with_a_key_using_fitness(name):
-    strategy = STRATEGIES[name]
-    params = policy_params(jax.random.key(1))
-    reference = evolve(strategy, noisy_policy_return, params, 3)
-    for num_devices in (2, 4, 8):
-        chex.assert_trees_all_equal(evolve(strategy, noisy_policy_return, params, 3, num_devices), reference)
 
 
 @pytest.mark.parametrize("name", IDS)

@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import sphere
-from test_engine import noisy_policy_return, policy_params
+from helpers import noisy_policy_return, policy_params, sphere
 from test_validation import raises
 
 import es

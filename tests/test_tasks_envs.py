@@ -3,7 +3,6 @@ observation normalisation, and ES on CartPole and Pendulum (identical on 1 and 8
 
 import dataclasses
 
-import chex
 import gymnax
 import jax
 import jax.numpy as jnp
@@ -279,20 +278,13 @@ def test_statistics_ignore_observations_after_the_episode_ended():
 
 @pytest.fixture(scope="module")
 def cartpole_runs():
-    """A short ES run on CartPole with observation normalisation, on 1 and on 8 devices."""
+    """A short ES run on CartPole with observation normalisation (on 8 devices too: tests/test_invariance.py)."""
     task = tasks.make("CartPole-v1", hidden_sizes=(16,), num_episodes=2)
     assert isinstance(task.fitness, es.StatefulFitness)
     strategy = es.OpenES(popsize=64, sigma=0.1, optimizer=optax.adam(0.05))
     state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(1)), fitness=task.fitness)
-    runs = {n: es.evolve(strategy, task.fitness, state, 12, mesh=es.make_mesh(n)) for n in (1, 8)}
+    runs = {1: es.evolve(strategy, task.fitness, state, 12, mesh=es.make_mesh(1))}
     return task, strategy, state, runs
-
-
-def test_env_task_results_are_bit_identical_on_1_and_8_devices(cartpole_runs):
-    _, _, _, runs = cartpole_runs
-    chex.assert_trees_all_equal(runs[1], runs[8])
-    final, _ = runs[8]
-    assert float(final.fitness_state.obs.count) == float(final.fitness_state.env_steps) > 0
 
 
 def test_short_es_run_improves_cartpole(cartpole_runs):

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
-from conftest import sphere
+from helpers import sphere
 
 import es
 
