@@ -47,7 +47,7 @@ import numpy as np
 
 import es
 from es import validation
-from es.host.pool import member_seed
+from es.engine.members import member_seed
 from tasks import obs_norm as obsnorm
 from tasks.envs import (
     EnvFitnessState, MemberStats, check_episode_options, check_hidden_sizes, check_shared_by, option_pairs,

@@ -35,8 +35,8 @@ from jax.sharding import PartitionSpec as P
 
 from es.engine.evolution import run_generations
 from es.engine.generation import METRIC_NAMES, this_generation
-from es.fitness import Fitness, Fitnesses, GivenFitness, from_host
-from es.host.pool import FitnessError, member_seed
+from es.engine.members import member_seed
+from es.fitness import Fitness, FitnessError, Fitnesses, GivenFitness, from_host
 from es.noise import Layout
 from es.parallel import distributed
 from es.parallel.distributed import replicate

@@ -63,6 +63,16 @@ def eval_key(gen_key: jax.Array, member: jax.Array, shared_by: str = "member") -
     return jax.random.fold_in(jax.random.fold_in(gen_key, _EVAL_STREAM), index)
 
 
+def member_seed(key: jax.Array) -> jax.Array:
+    """uint32 seed of the member whose evaluation key is ``key``: what an ``es.HostFitness`` passes ``fn``.
+
+    ``key`` is ``eval_key(generation_key, member)``, the key a JAX fitness would
+    receive; ``np.random.default_rng(seed)`` then gives the member reproducible
+    randomness.
+    """
+    return jax.random.bits(key, (), jnp.uint32)
+
+
 def compute_dtype(dtype) -> jnp.dtype:
     """The dtype members and updates are computed in for params of ``dtype``: float32, or float64 params'."""
     return jnp.promote_types(dtype, jnp.float32)

@@ -18,7 +18,6 @@ import functools
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 PyTree = Any
@@ -77,6 +76,18 @@ def from_host(values, where: str, dtype=None) -> Fitnesses:
     with np.errstate(invalid="ignore"):
         residual = np.where(finite, exact - value, 0.0).astype(dtype)
     return Fitnesses(value, residual)
+
+
+class FitnessError(RuntimeError):
+    """A fitness evaluated on the host failed: ``fn`` raised, its worker died, or it exceeded ``timeout_s``
+    (``es.HostFitness``).
+
+    Raised by ``es.evolve`` and ``es.run`` after the generation that failed
+    (``es.run`` first checkpoints the segments that completed). The message
+    names the generation, the member, its seed and, when ``fn`` raised, the
+    original error with the worker's traceback. In a multi-process run it
+    also names the process.
+    """
 
 
 @runtime_checkable

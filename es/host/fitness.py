@@ -19,7 +19,8 @@ import jax
 import numpy as np
 
 from es import validation
-from es.host.pool import FitnessError, _Pool, available_cores
+from es.fitness.contract import FitnessError
+from es.host.pool import _Pool, available_cores
 
 PyTree = Any
 

@@ -52,7 +52,6 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from es.host import pickled_code
@@ -62,27 +61,6 @@ PyTree = Any
 STOP_TIMEOUT_S = 10.0  # how long stopping the pool may wait for its workers to exit
 WATCHDOG_S = 0.5  # how often a worker checks that the process it works for is still alive
 
-
-
-class FitnessError(RuntimeError):
-    """A host fitness evaluation failed: ``fn`` raised, its worker died, or it exceeded ``timeout_s``.
-
-    Raised by ``es.evolve`` and ``es.run`` once the compiled call has returned
-    (``es.run`` first checkpoints the segments that completed). The message
-    names the generation, the member, its seed and, when ``fn`` raised, the
-    original error with the worker's traceback. In a multi-process run it
-    also names the process.
-    """
-
-
-def member_seed(key: jax.Array) -> jax.Array:
-    """uint32 seed of the member whose evaluation key is ``key``: what ``HostFitness`` passes ``fn``.
-
-    ``key`` is ``es.engine.members.eval_key(generation_key, member)``, the key a
-    JAX fitness would receive; ``np.random.default_rng(seed)`` then gives the
-    member reproducible randomness.
-    """
-    return jax.random.bits(key, (), jnp.uint32)
 
 
 def available_cores() -> int:
