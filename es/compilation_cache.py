@@ -66,6 +66,13 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None) -> path
     return path
 
 
+def environment(directory: str | os.PathLike) -> dict[str, str]:
+    """JAX's environment variables that turn the cache on in ``directory`` as ``enable_compilation_cache`` does,
+    for child processes that do not call it (``subprocess.run(..., env={**os.environ, **environment(d)})``)."""
+    return {"JAX_COMPILATION_CACHE_DIR": str(directory), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(MIN_COMPILE_S),
+            "JAX_COMPILATION_CACHE_MAX_SIZE": str(MAX_BYTES)}
+
+
 def enable_by_default() -> pathlib.Path | None:
     """What ``es.minimize`` and the training CLI call: the cache on in ``default_directory()``, unless
     ``$ES_COMPILATION_CACHE`` says ``off`` or the user gave JAX a cache directory of their own (then theirs is

@@ -2,7 +2,9 @@
 
 Every test process (``make test`` runs one per file, two at a time) keeps its compiled programs in JAX's
 persistent compilation cache in ``.cache/jax`` at the repository's root (``$ES_COMPILATION_CACHE`` if set), so
-a program that another file, or an earlier run, compiled is loaded instead of compiled again.
+a program that another file, or an earlier run, compiled is loaded instead of compiled again. The child
+processes the tests start (CLI runs, ``es.launch`` ranks, workers) inherit it through JAX's own environment
+variables.
 """
 
 import os
@@ -18,7 +20,8 @@ import pytest  # noqa: E402
 
 import es  # noqa: E402
 
-es.enable_compilation_cache()  # in $ES_COMPILATION_CACHE
+for name, value in es.compilation_cache.environment(es.enable_compilation_cache()).items():  # $ES_COMPILATION_CACHE
+    os.environ.setdefault(name, value)  # and the same for the child processes the tests start
 
 NUM_DEVICES = 8
 

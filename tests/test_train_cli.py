@@ -22,19 +22,12 @@ run: {{generations: {GENERATIONS}, seed: 0, segment: 2, keep_checkpoints: 2}}
 TIMEOUT = 180
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """The children share JAX's persistent compilation cache: only the first one compiles."""
-    CHILD_ENV["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path_factory.mktemp("jax-cache"))
-    yield
-    CHILD_ENV.pop("JAX_COMPILATION_CACHE_DIR")
-
-
-CHILD_ENV = {"JAX_NUM_CPU_DEVICES": "2", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+CHILD_ENV = {"JAX_NUM_CPU_DEVICES": "2"}
 
 
 def child_env():
-    """Two CPU devices in the child (not the 8 of this test session), and the shared compilation cache."""
+    """Two CPU devices in the child (not the 8 of this test session); the suite's compilation cache is in the
+    environment (tests/conftest.py), so only the first child compiles a program."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     return {**env, **CHILD_ENV}
 
@@ -400,16 +393,20 @@ def test_a_read_only_run_directory_exits_74_and_is_left_as_it_was(config_path, s
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid"])
-def test_every_tuned_gymnasium_env_trains_from_the_cli_on_two_devices(family, tmp_path):
-    """The CLI's path (every core a device: 2 here) with the tuned ARS defaults (tasks.defaults.GYM_STRATEGY;
+def test_every_tuned_gymnasium_env_trains_from_the_cli_on_two_devices(family, tmp_path, capsys):
+    """The CLI's entry point (experiments.train.main, in this process: 8 emulated devices, run.num_devices 2,
+    as a 2-core machine makes every core a device) with the tuned ARS defaults (tasks.defaults.GYM_STRATEGY;
     Ant with its common random numbers), 2 generations of 10-step episodes."""
+    from experiments import train
     from tasks.defaults import GYM_STRATEGY
 
     strategy = ", ".join(f"{key}: {value}" for key, value in GYM_STRATEGY[family].items())
     config = tmp_path / f"{family}.yaml"
     config.write_text(f'task: {{name: "gymnasium:{family}-v5", options: {{max_steps: 10}}}}\n'
-                      f"strategy: {{name: ARS, {strategy}}}\nrun: {{generations: 2, seed: 0, segment: 1}}\n")
-    code, output = finish(train(config, "--run-dir", tmp_path / "run"))
+                      f"strategy: {{name: ARS, {strategy}}}\n"
+                      "run: {generations: 2, seed: 0, segment: 1, num_devices: 2}\n")
+    code = train.main([str(config), "--run-dir", str(tmp_path / "run"), "--no-progress"])
+    output = capsys.readouterr().out
     assert code == 0, output
     assert "| 2 cpu device(s)" in output, output
     rows, _ = metric_rows(tmp_path / "run")
