@@ -9,6 +9,7 @@ property under test needs it, and say why.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import jax
@@ -71,6 +72,27 @@ def evolve(strategy, fitness_fn, params, generations=GENERATIONS, num_devices=1,
     with ``fitness_fn``: a stateful fitness's state included)."""
     state = strategy.init(jax.random.key(seed), params, fitness=fitness_fn)
     return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices), **execution)
+
+
+PROGRAM_EVENT = "/jax/core/compile/backend_compile_duration"
+"""JAX's monitoring event of a new program, whether XLA compiles it or loads it from the persistent cache."""
+
+
+@contextlib.contextmanager
+def programs_built():
+    """Inside the block, ``built`` (yielded) lists the name of every program JAX built for it: compiled by XLA,
+    or loaded from the persistent compilation cache."""
+    built = []
+
+    def listen(event, duration, fun_name="", **kwargs):
+        if event == PROGRAM_EVENT:
+            built.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield built
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
 
 
 def pid_alive(pid: int) -> bool:

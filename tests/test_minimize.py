@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import programs_built
 from test_validation import raises
 
 import es
@@ -36,14 +37,10 @@ def test_a_python_callable_is_minimised_to_the_target_in_float64_within_the_budg
 def test_a_python_callables_run_compiles_its_generation_program_once():
     # The first state (from strategy.init) and the states the program returns are placed differently; a jitted
     # call would compile the program a second time for the latter.
-    compiled, listening = [], [True]
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, fun_name="", **kwargs: compiled.append(fun_name)
-        if listening[0] and event == "/jax/core/compile/backend_compile_duration" else None)
-    result = es.minimize(shifted_sphere, np.zeros(7), 0.5, max_evals=300)  # a popsize (9) no other test compiles
-    listening[0] = False
+    with programs_built() as built:
+        result = es.minimize(shifted_sphere, np.zeros(7), 0.5, max_evals=300)  # a popsize (9) no other test uses
     assert result.nit >= 3
-    assert sum("tell" in name for name in compiled) == 1, compiled
+    assert sum("tell" in name for name in built) == 1, built
 
 
 def test_a_jax_function_runs_compiled_and_stops_by_itself():
@@ -86,6 +83,25 @@ def test_ipop_doubles_the_population_at_each_restart():
     assert result.fun <= 1e-8 and result.success
     assert all(math.isfinite(run.fun) for run in result.restarts)  # each run's own best, improving or not
     assert min(run.fun for run in result.restarts) == result.fun == result.restarts[-1].fun
+
+
+def test_a_restart_schedule_builds_few_programs_and_a_second_call_none():
+    """A schedule's popsizes are lambda_0 2^k (k <= MAX_RESTARTS: 10 at most, however many runs): the ask/tell
+    loop's two programs per popsize (and the next large one's, compiled ahead) and a JAX function's vmap."""
+
+    def rastrigin(x):
+        return 10.0 * x.size + jnp.sum(x**2 - 10.0 * jnp.cos(2 * jnp.pi * x))
+
+    with programs_built() as built:
+        result = es.minimize(rastrigin, np.full(3, 3.0), 2.0, max_evals=10_000, restarts="bipop", seed=1)
+    popsizes = {run.popsize for run in result.restarts}
+    assert popsizes <= {7 * 2**k for k in range(10)} and len(result.restarts) > len(popsizes), result.restarts
+    assert built.count("jit(_vmapped)") == len(popsizes), built
+    for name in ("jit(_ask_compiled)", "jit(_tell_ask_compiled)"):
+        assert len(popsizes) <= built.count(name) <= len(popsizes) + 1, built
+    with programs_built() as again:
+        es.minimize(rastrigin, np.full(3, 3.0), 2.0, max_evals=10_000, restarts="bipop", seed=1)
+    assert again == [], again
 
 
 def test_bipop_alternates_a_large_and_a_small_regime_sharing_the_budget():

@@ -254,8 +254,11 @@ def stop_reasons(strategy: Strategy, state: State, stop_criteria: stopping.StopC
 
     The conditions of ``es.engine.stopping`` after the state's last
     generation (the metric ``"stop"`` of that ``tell``/``evolve`` call, for
-    the same ``stop_criteria``). Stopping never changes what a further
-    generation does; it is yours (or ``es.minimize``'s) to act on.
+    the same ``stop_criteria``). The conditions on the recent fitnesses
+    (``tolfun``, ``tolfunhist``, ``stagnation``) read the history that only
+    calls given ``stop_criteria`` record; the others read the state alone.
+    Stopping never changes what a further generation does; it is yours (or
+    ``es.minimize``'s) to act on.
     """
     checked = _checked(strategy, state, "stop_reasons")
     layout = checked.layout

@@ -39,8 +39,9 @@ class Execution:
         the coordinates and keeps its slice of the private state and best
         params between generations (``es.engine.update``).
       criteria: the thresholds of the stopping conditions reported each generation (the metric ``"stop"``),
-        or ``None``: no condition is computed (``"stop"`` is 0), which keeps them out of the program. The
-        fitness history the conditions read is recorded either way, so ``es.stop_reasons`` works on any state.
+        or ``None``: no condition is computed (``"stop"`` is 0) and the fitness history they read
+        (``State.stop_history``) is left as it was, which keeps both out of the program (about a third of an
+        ``es.evolve`` program's compile time).
     """
 
     exchange: str

@@ -144,7 +144,9 @@ def evolve_many_checked(sweep: Sweep, fitness: Fitness, states: Sequence[State],
         state, metrics = evolve_checked(sweep.first, fitness, states[0], num_generations, sweep.mesh,
                                         sweep.execution)
         return [state], [metrics]
-    hyperparameters, stacked = replicate((sweep.hyperparameters, stack(list(states))), sweep.mesh)
+    # init's states and the ones unstack returned are placed differently: both replicated, one stack program
+    hyperparameters, states = replicate((sweep.hyperparameters, list(states)), sweep.mesh)
+    stacked = stack(states)
     stacked, metrics = _evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution,
                                              int(num_generations), hyperparameters, stacked)
     return unstack(stacked, metrics)

@@ -86,7 +86,8 @@ class State(NamedTuple):
         maximizing/minimizing).
       fitness_state: the ``StatefulFitness`` state, or ``None``.
       stop_history: the recent generations' fitnesses that the stopping
-        conditions read (``es.engine.stopping.History``).
+        conditions read (``es.engine.stopping.History``), recorded by the
+        calls given ``stop_criteria`` (``es.minimize``'s always).
     """
 
     params: PyTree

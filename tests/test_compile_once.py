@@ -1,0 +1,69 @@
+"""Compile once: the state that any entry point returns runs the program that ``init``'s state ran.
+
+A new program shows as a built program (``helpers.programs_built``), whether XLA compiles it or loads it from
+the persistent compilation cache, so these tests hold however warm the cache is.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import GENERATIONS, POPSIZE, STRATEGIES, programs_built, sphere
+
+import es
+
+PARAMS = jnp.ones(5)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_second_evolve_call_builds_no_program(name):
+    strategy = STRATEGIES[name]
+    state, _ = es.evolve(strategy, sphere, strategy.init(jax.random.key(0), PARAMS), GENERATIONS)
+    with programs_built() as built:
+        state, _ = es.evolve(strategy, sphere, state, GENERATIONS)
+        jax.block_until_ready(state)
+    assert built == [], built
+
+
+def test_a_second_evolve_call_of_cmaes_builds_no_program():
+    strategy = es.CMAES(popsize=POPSIZE, sigma=0.3)
+    state, _ = es.evolve(strategy, sphere, strategy.init(jax.random.key(0), PARAMS), GENERATIONS)
+    with programs_built() as built:
+        jax.block_until_ready(es.evolve(strategy, sphere, state, GENERATIONS))
+    assert built == [], built
+
+
+def test_a_second_evolve_many_call_builds_no_program():
+    strategies = [STRATEGIES["SNES"], STRATEGIES["SNES"]]
+    states = [s.init(jax.random.key(i), PARAMS) for i, s in enumerate(strategies)]
+    states, _ = es.evolve_many(strategies, sphere, states, GENERATIONS)
+    with programs_built() as built:
+        jax.block_until_ready(es.evolve_many(strategies, sphere, states, GENERATIONS))
+    assert built == [], built
+
+
+def test_the_second_segment_of_a_run_builds_no_program(tmp_path):
+    strategy = STRATEGIES["OpenES"]
+    state = strategy.init(jax.random.key(0), PARAMS)
+    es.run(strategy, sphere, state, GENERATIONS, run_dir=tmp_path / "one", segment=GENERATIONS, progress=False)
+    with programs_built() as built:  # three segments, the first as above
+        final = es.run(strategy, sphere, state, 3 * GENERATIONS, run_dir=tmp_path / "three", segment=GENERATIONS,
+                       progress=False)
+    assert int(final.state.generation) == 3 * GENERATIONS
+    assert built == [], built
+
+
+@pytest.mark.parametrize("name", ["SNES", "SepCMAES"])
+def test_the_second_ask_tell_generation_builds_no_program(name):
+    strategy = STRATEGIES[name]
+    state = strategy.init(jax.random.key(0), PARAMS)
+
+    def generation(state):
+        members = np.asarray(es.ask(strategy, state))
+        return es.tell(strategy, state, -np.sum(members**2, axis=1))[0]
+
+    state = generation(state)
+    with programs_built() as built:
+        state = generation(generation(state))
+    assert int(state.generation) == 3
+    assert built == [], built
