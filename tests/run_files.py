@@ -28,18 +28,21 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 # The slowest files, slowest first: measured by this runner on a fresh clone, 2 cores, 2 at a time.
-START_FIRST = (
-    "test_sharded.py",  # 379 s (2026-11-25; the others as measured earlier)
-    "test_docs.py",  # 226 s
-    "test_strategies.py",  # 207 s
-    "test_sweep.py",  # 119 s
-    "test_distributed.py",  # 95 s
-    "test_tasks_envs.py",  # 84 s
-    "test_engine.py",  # 82 s
-    "test_train_cli.py",  # 78 s
-    "test_lowrank.py",  # 77 s
-    "test_host.py",  # 63 s
-    "test_noise.py",  # 43 s
+START_FIRST = (  # 2026-11-27, 2 at a time
+    "test_invariance.py",  # 237 s
+    "test_train_cli.py",  # 114 s
+    "test_docs.py",  # 112 s
+    "test_distributed.py",  # 111 s
+    "test_strategies.py",  # 95 s
+    "test_sweep.py",  # 92 s
+    "test_sharded.py",  # 86 s
+    "test_docs_guides.py",  # 85 s
+    "test_tasks_envs.py",  # 69 s
+    "test_noise.py",  # 55 s
+    "test_docs_concepts.py",  # 52 s
+    "test_host.py",  # 48 s
+    "test_strategy_references.py",  # 42 s
+    "test_lowrank.py",  # 41 s
 )
 DEFAULT_TIMEOUT_S = 900
 
