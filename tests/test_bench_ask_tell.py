@@ -5,6 +5,7 @@ import pytest
 from experiments.bench import ask_tell
 
 
+@pytest.mark.slow
 def test_a_tiny_measurement_times_every_runner_and_compares_es_with_pycma():
     pytest.importorskip("cma", reason="pycma, the baseline: pip install -e '.[bench]'")
     runners = [r for r in ask_tell.RUNNERS if r[0] in ("es.SepCMAES float32", "pycma sep-CMA-ES")]

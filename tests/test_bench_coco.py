@@ -35,6 +35,7 @@ def test_f_opt_from_cocos_dat_header_is_the_sphere_minimum(tmp_path):
     problem.free()
 
 
+@pytest.mark.slow
 def test_a_tiny_sweep_solves_the_sphere_and_writes_the_table(tmp_path):
     pytest.importorskip("cma", reason=PYCMA)
     solvers = ["pycma"] + (["es"] if coco.es_available() else [])

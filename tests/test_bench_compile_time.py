@@ -10,6 +10,7 @@ from experiments.bench import compile_time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_a_child_times_every_program_from_its_checkout():
     times = compile_time.child(ROOT, 0)
     assert list(times) == list(compile_time.programs())

@@ -27,6 +27,7 @@ def test_gap_is_the_float64_distance_to_the_optimum_and_infinite_when_diverged()
     assert strategies.gap(task, np.full(1000, np.nan, np.float32)) == math.inf
 
 
+@pytest.mark.slow
 def test_a_tiny_cell_runs_both_libraries_and_renders_a_report():
     pytest.importorskip("evosax", reason="the baseline library is the bench extra: pip install -e '.[bench]'")
     cell = strategies.Cell("SNES", "sphere", dim=3, popsize=8, generations=2, sigma=1.0)

@@ -6,6 +6,7 @@ import pytest
 from experiments.bench import unroll
 
 
+@pytest.mark.slow
 def test_a_child_measures_a_cell_with_its_unroll():
     result = unroll.child("OpenES", "prng", 1000, 2)  # few params: quick
     assert set(result) == {"compile_s", "generation_s"}, result

@@ -49,6 +49,7 @@ def tutorial_generation(mean, sigma, cov, p_sigma, p_c, generation, x, f):
     return mean + sigma * y_w, new_sigma, cov, p_sigma, p_c
 
 
+@pytest.mark.slow
 def test_cmaes_follows_the_tutorials_equations_in_float64():
     n, lam = 6, 8
     rotation, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(n, n)))
@@ -78,6 +79,7 @@ def test_cmaes_follows_the_tutorials_equations_in_float64():
         np.testing.assert_allclose((b * d**2) @ b.T, cov, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_cmaes_ask_tell_gives_evolves_params_bit_for_bit():
     strategy = es.CMAES(popsize=8, sigma=0.5, maximize=False)
     start = strategy.init(jax.random.key(1), jnp.ones(5))
@@ -90,6 +92,7 @@ def test_cmaes_ask_tell_gives_evolves_params_bit_for_bit():
     chex.assert_trees_all_equal(state.strategy_state, evolved.strategy_state)
 
 
+@pytest.mark.slow
 def test_cmaes_resumes_from_a_checkpoint_bit_for_bit(tmp_path):
     strategy = es.CMAES(popsize=8, sigma=0.5, maximize=False)
     start = strategy.init(jax.random.key(2), jnp.ones(5))
@@ -119,6 +122,7 @@ def test_ask_tell_keeps_float64_fitness_precision_on_a_sphere_with_an_offset(mak
     assert float(metrics["fitness_min"]) == pytest.approx(OFFSET, abs=1e-5)  # the user's values, unshifted
 
 
+@pytest.mark.slow
 def test_cmaes_says_why_it_should_stop_and_keeps_running():
     with jax.enable_x64(True):
         strategy = es.CMAES(popsize=10, sigma=0.5, maximize=False)
@@ -134,6 +138,7 @@ def test_cmaes_says_why_it_should_stop_and_keeps_running():
         assert int(later.generation) == 402
 
 
+@pytest.mark.slow
 def test_stop_reasons_compile_once_for_the_state_from_init_and_the_states_tell_returns():
     strategy = es.CMAES(popsize=6, sigma=0.5, maximize=False)
     state = strategy.init(jax.random.key(0), jnp.ones(3))

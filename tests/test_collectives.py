@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import pytest
 from helpers import sphere
 
 import es
@@ -9,6 +10,7 @@ import es
 CONSTANT_BYTES = 64
 
 
+@pytest.mark.slow
 def test_only_fitness_scalars_cross_devices_with_100k_params_on_8_devices():
     strategy = es.OpenES(popsize=64, sigma=0.1)
     params = {"w": jnp.zeros((250, 400)), "b": jnp.zeros(10)}  # 100,010 params

@@ -37,6 +37,7 @@ def test_eval_keys_are_shared_by_the_generation_or_by_each_antithetic_pair():
     assert len({tuple(k) for k in pair}) == 4
 
 
+@pytest.mark.slow
 def test_a_generation_sharing_one_key_scores_pure_luck_identically():
     _, alone = run(key_noise)
     _, shared = run(es.CommonRandomNumbers(key_noise))
@@ -45,6 +46,7 @@ def test_a_generation_sharing_one_key_scores_pure_luck_identically():
     assert len(set(np.asarray(shared["fitness_mean"]).tolist())) == 3  # a fresh key every generation
 
 
+@pytest.mark.slow
 def test_a_pair_sharing_one_key_differs_by_its_parameters_only():
     """Fitness ``100 * luck + x_0`` for one pair ``x = +-sigma * eps``: the pair's gap is ``2 sigma |eps_0|``."""
 
@@ -57,6 +59,7 @@ def test_a_pair_sharing_one_key_differs_by_its_parameters_only():
     assert (np.asarray(shared["fitness_max"] - shared["fitness_min"]) < 2 * 0.1 * 6).all()
 
 
+@pytest.mark.slow
 def test_a_stateful_fitness_and_a_sweep_share_keys_too():
     stateful = es.StatefulFitness(
         init=lambda: jnp.zeros(()),
@@ -88,6 +91,7 @@ def test_bad_settings_are_refused_before_compiling():
         run(es.CommonRandomNumbers(3.0))
 
 
+@pytest.mark.slow
 def test_a_host_fitness_gets_one_seed_for_the_whole_generation():
     with es.HostFitness(lambda params, seed: float(seed % 1000), num_workers=1) as host:
         _, alone = run(host, generations=1, popsize=4)

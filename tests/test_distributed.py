@@ -19,6 +19,8 @@ import es
 import es.engine.execution
 from es.parallel import launch
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: multi-process runs in child processes
+
 REPO = Path(__file__).resolve().parents[1]
 WORKER = str(REPO / "tests" / "workers" / "evolve_run.py")
 CHILD_TIMEOUT = 150  # seconds; compile-bound runs take ~10-40 s on 2 loaded cores

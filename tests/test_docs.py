@@ -10,6 +10,8 @@ import re
 import pytest
 from docs_snippets import FENCE, PAGES, ROOT, blocks, page_id, python_pages, run_page
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: runs every snippet of the top pages
+
 
 @pytest.mark.parametrize("page", python_pages("top"), ids=page_id)
 def test_python_snippets_run(page, monkeypatch):

@@ -16,6 +16,7 @@ def run(strategy, fitness_fn, params, generations, num_devices, seed=0, **execut
     return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices), **execution)
 
 
+@pytest.mark.slow
 def test_two_calls_continue_one_run_bit_for_bit():
     strategy = es.OpenES(popsize=32, sigma=0.1, optimizer=optax.adam(0.05))
     mesh = es.make_mesh(8)
@@ -28,6 +29,7 @@ def test_two_calls_continue_one_run_bit_for_bit():
     assert int(whole.generation) == 30
 
 
+@pytest.mark.slow
 def test_evolve_can_be_called_under_jit():
     strategy = es.OpenES(popsize=16, sigma=0.1)
     state = strategy.init(jax.random.key(0), jnp.ones(10))

@@ -32,6 +32,7 @@ def strategies(**kwargs):
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
+@pytest.mark.slow
 def test_gradient_and_fitness_exchange_agree_up_to_float_rounding(source):
     """One generation from the same state: same fitnesses, same update up to float32 rounding.
 
@@ -50,6 +51,7 @@ def test_gradient_and_fitness_exchange_agree_up_to_float_rounding(source):
     np.testing.assert_allclose(g_metrics["grad_norm"], f_metrics["grad_norm"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_gradient_exchange_on_one_device_is_the_fitness_computation():
     """With every member local, both modes sum the same chunks in the same order: bit-identical."""
     fitness_mode, gradient_mode = strategies(antithetic=False, fitness_shaping="z_score")
@@ -57,6 +59,7 @@ def test_gradient_exchange_on_one_device_is_the_fitness_computation():
     chex.assert_trees_all_equal(run(fitness_mode, params, 3, 1), run(gradient_mode, params, 3, 1))
 
 
+@pytest.mark.slow
 def test_fitness_exchange_is_bit_identical_across_device_counts_and_gradient_is_close():
     fitness_mode, gradient_mode = strategies()
     params = jnp.linspace(-2.0, 2.0, 300)
@@ -66,6 +69,7 @@ def test_fitness_exchange_is_bit_identical_across_device_counts_and_gradient_is_
     np.testing.assert_allclose(np.asarray(eight.params), np.asarray(one.params), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_bytes_per_generation_of_each_exchange_mode_with_the_noise_table():
     """"fitness": popsize floats (the table is never sent). "gradient": that plus one params-sized vector."""
     popsize, dim, slack = 64, 5_000, 64

@@ -54,6 +54,7 @@ def test_zero_generations_give_the_state_and_empty_metrics_of_the_generation_dty
     assert metrics["fitness_mean"].shape == (0,) and metrics["stop"].dtype == jnp.int32
 
 
+@pytest.mark.slow
 def test_fn_gets_numpy_params_of_each_member_and_the_seed_of_its_evaluation_key():
     def report(params, seed):
         assert isinstance(params["x"], np.ndarray) and params["x"].shape == (5,)
@@ -101,6 +102,7 @@ def test_a_host_generation_runs_no_collective_until_its_fitnesses_are_on_the_dev
     assert "all_gather" in update
 
 
+@pytest.mark.slow
 def test_devices_whose_shares_finish_seconds_apart_neither_abort_nor_print_xla_logs(tmp_path):
     """XLA's CPU collectives print "may be stuck" and abort the process (SIGABRT) when a device waits in one
     longer than their timeouts (20 s and 40 s): lowered to 1 s here, with one worker for a 2-device population of
@@ -300,6 +302,7 @@ def start_hanging_run(tmp_path):
     return child, workers
 
 
+@pytest.mark.slow
 def test_sigint_stops_the_workers_and_raises_keyboard_interrupt(tmp_path):
     """One Ctrl-C while both workers hang in fn: KeyboardInterrupt reaches the script within seconds
     (stopping the pool may take up to es.host.STOP_TIMEOUT_S) and the workers are gone. The process exit
@@ -334,6 +337,7 @@ def test_sigint_stops_the_workers_and_raises_keyboard_interrupt(tmp_path):
     assert child.returncode != 0 and "KeyboardInterrupt" in stderr, stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_first_sigint_inside_es_run_finishes_the_segment_checkpoints_and_stops_the_workers(tmp_path):
     child = subprocess.Popen(
         [sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path), "--run"],
@@ -359,6 +363,7 @@ def test_a_first_sigint_inside_es_run_finishes_the_segment_checkpoints_and_stops
     assert not wait_until_dead([int(p.name) for p in (tmp_path / "pids").iterdir()])
 
 
+@pytest.mark.slow
 def test_workers_busy_in_fn_do_not_outlive_a_killed_process(tmp_path):
     child, workers = start_hanging_run(tmp_path)
     child.kill()  # SIGKILL: no Python cleanup at all
@@ -366,6 +371,7 @@ def test_workers_busy_in_fn_do_not_outlive_a_killed_process(tmp_path):
     assert not wait_until_dead(workers), "workers outlived their SIGKILLed process"
 
 
+@pytest.mark.slow
 def test_each_process_of_a_launch_evaluates_its_members_and_matches_one_process(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "es.launch", "--processes", "2", "--devices-per-process", "2", "--",
@@ -379,6 +385,7 @@ def test_each_process_of_a_launch_evaluates_its_members_and_matches_one_process(
             np.testing.assert_array_equal(got["x"], np.asarray(reference.params["x"]))
 
 
+@pytest.mark.slow
 def test_a_failure_on_one_process_of_a_launch_raises_on_every_process(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "es.launch", "--processes", "2", "--devices-per-process", "1", "--",

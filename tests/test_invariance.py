@@ -25,6 +25,8 @@ import es
 import tasks
 from es.engine import execution
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: every strategy, noise, exchange and fitness kind on 1 and 8 devices
+
 TABLE = es.NoiseTable(size=2**20, seed=2)
 
 

@@ -68,6 +68,7 @@ def test_low_rank_entries_have_unit_variance_so_sigma_keeps_its_meaning():
     assert abs(eps.var() - 1.0) < 0.05  # 64 draws x 4096 entries; the entries of one draw are correlated
 
 
+@pytest.mark.slow
 def test_the_update_sum_is_the_sum_of_the_members_perturbations():
     """One matrix product per chunk of members equals adding c_i * A_i B_i^T / sqrt(r) member by member."""
     noise = es.LowRankNoise(rank=2)
@@ -89,6 +90,7 @@ def test_the_update_is_one_matrix_product_per_chunk_never_one_per_member():
 
 
 @pytest.mark.parametrize("rank", [1, 3])
+@pytest.mark.slow
 def test_factored_and_materialised_give_the_same_fitness_within_float_tolerance(rank):
     materialised = es.OpenES(popsize=32, sigma=0.1, noise=es.LowRankNoise(rank=rank))
     factored = es.OpenES(popsize=32, sigma=0.1, noise=es.LowRankNoise(rank=rank, factored=True))
@@ -99,6 +101,7 @@ def test_factored_and_materialised_give_the_same_fitness_within_float_tolerance(
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_factored_members_share_the_unbatched_base_and_materialise_to_the_members():
     params = mlp_params()
     noise = es.LowRankNoise(rank=2, factored=True)
@@ -129,6 +132,7 @@ def test_matmul_is_x_at_w_for_arrays_and_the_factored_product_for_low_rank():
         es.matmul(x, conv)
 
 
+@pytest.mark.slow
 def test_low_rank_learns_a_small_regression():
     strategy = LOW_RANK_STRATEGIES["OpenES"](es.LowRankNoise(rank=1, factored=True))
     state, metrics = evolve(strategy, 60, 2)
@@ -179,6 +183,7 @@ def test_factored_noise_needs_one_scale_per_member():
         es.evolve(strategy, mlp_fitness, state, 1)
 
 
+@pytest.mark.slow
 def test_compiled_memory_is_flat_in_popsize_with_low_rank_noise():
     """XLA's temporary buffers grow by O(1) bytes per member, never by a perturbation (4 * D bytes)."""
     params = {"w": jnp.ones((100, 200))}

@@ -3,7 +3,6 @@ result and its history, and clear errors before anything runs."""
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -34,6 +33,7 @@ def test_a_python_callable_is_minimised_to_the_target_in_float64_within_the_budg
     assert result.history["nfev"][-1] == result.nfev
 
 
+@pytest.mark.slow
 def test_a_python_callables_run_compiles_its_generation_program_once():
     # The first state (from strategy.init) and the states the program returns are placed differently; a jitted
     # call would compile the program a second time for the latter.
@@ -43,6 +43,7 @@ def test_a_python_callables_run_compiles_its_generation_program_once():
     assert sum("tell" in name for name in built) == 1, built
 
 
+@pytest.mark.slow
 def test_a_jax_function_runs_compiled_and_stops_by_itself():
     result = es.minimize(lambda x: jnp.sum((x - 1.0) ** 2), np.zeros(5), 0.5, max_evals=20_000)
     assert result.success and result.fun < 1e-12
@@ -51,6 +52,7 @@ def test_a_jax_function_runs_compiled_and_stops_by_itself():
     np.testing.assert_allclose(result.x, np.ones(5), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_budget_is_never_exceeded():
     result = es.minimize(shifted_sphere, np.zeros(4), 0.5, max_evals=101, restarts="ipop")
     assert result.nfev == 101 and result.stop.startswith("max_evals")
@@ -58,6 +60,7 @@ def test_the_budget_is_never_exceeded():
     assert jax_result.nfev <= 101 and jax_result.stop.startswith("max_evals")
 
 
+@pytest.mark.slow
 def test_a_pytree_x0_gives_a_pytree_x():
     result = es.minimize(lambda p: jnp.sum((p["a"] - 2.0) ** 2) + jnp.sum(p["b"] ** 2),
                          {"a": np.zeros(2), "b": np.ones(3)}, 0.5, max_evals=6000)
@@ -72,6 +75,7 @@ def test_an_host_fitness_runs_in_workers():
     fitness.close()
 
 
+@pytest.mark.slow
 def test_ipop_doubles_the_population_at_each_restart():
     def rastrigin(x):
         return float(10 * len(x) + np.sum(x**2 - 10 * np.cos(2 * np.pi * x)))
@@ -154,6 +158,7 @@ def test_bad_input_is_refused_naming_the_argument_and_the_fix(kwargs, error, fra
         es.minimize(fun, x0, sigma0, **arguments)
 
 
+@pytest.mark.slow
 def test_another_strategy_can_be_named_and_restarted():
     result = es.minimize(shifted_sphere, np.zeros(5), 0.5, strategy=es.SNES(popsize=12), max_evals=6000,
                          restarts="ipop", target=79.48 + 1e-6)

@@ -61,6 +61,7 @@ def in_box(points):
 
 @pytest.mark.parametrize("box", [(LOWER, UPPER), bounds_layer.Box(LOWER, UPPER, "transform")],
                          ids=["penalty", "transform"])
+@pytest.mark.slow
 def test_bounds_a_python_objective_is_only_called_inside_the_box_across_restarts(box):
     recorder = Recorder()
     result = es.minimize(recorder, X0, 1.0, max_evals=1500, bounds=box, restarts="ipop")
@@ -71,6 +72,7 @@ def test_bounds_a_python_objective_is_only_called_inside_the_box_across_restarts
     assert len(result.restarts) >= 2
 
 
+@pytest.mark.slow
 def test_all_four_options_with_a_jax_objective_and_jax_constraints():
     seen = []
 
@@ -121,6 +123,7 @@ def test_the_penalty_clips_and_its_weights_grow_while_the_mean_stays_outside():
 # --------------------------------------------------------------------------- integer variables
 
 
+@pytest.mark.slow
 def test_integer_variables_are_integral_whenever_fun_sees_them_and_in_the_result():
     recorder = Recorder()
     result = es.minimize(recorder, X0, 1.0, max_evals=1200, integer_variables=[0, 2],
@@ -132,6 +135,7 @@ def test_integer_variables_are_integral_whenever_fun_sees_them_and_in_the_result
     assert result.x[2] == 2.0 and result.fun == sphere(result.x)
 
 
+@pytest.mark.slow
 def test_the_margin_keeps_an_integer_coordinate_moving_where_plain_cma_es_freezes():
     """On f(x) = round(x_0)^2 + x_1^2 + ..., the rounded coordinate's value is flat around its optimum: without
     a margin its variance collapses with sigma; with one it keeps trying another value."""
@@ -221,6 +225,7 @@ def test_the_noise_measure_rises_with_noise_and_falls_without():
 # --------------------------------------------------------------------------- all four, on the host
 
 
+@pytest.mark.slow
 def test_all_four_options_with_an_host_fitness():
     if not hasattr(es.HostFitness, "evaluate_batch"):
         pytest.skip("es.HostFitness.evaluate_batch (issue 42) has not landed")

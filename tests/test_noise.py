@@ -88,6 +88,7 @@ def capture_members(popsize, dim):
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
+@pytest.mark.slow
 def test_antithetic_pairs_mirror_each_other_and_come_from_their_noise_key(source):
     popsize, dim = 16, 100
     strategy = es.OpenES(popsize=popsize, sigma=1.0, noise=source)
@@ -174,6 +175,7 @@ def run(strategy, fitness_fn, params, generations, num_devices):
     return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices))
 
 
+@pytest.mark.slow
 def test_noise_table_learns_like_fresh_noise():
     strategy = es.OpenES(popsize=64, sigma=0.05, optimizer=optax.adam(0.05), noise=es.NoiseTable(size=20_000, seed=0))
     start = jnp.ones(100)
@@ -189,6 +191,7 @@ def sums_inputs(dim, count):
 
 @pytest.mark.parametrize("dim", [1000, es.noise.MIN_SLICE + 1])  # fused reductions, then a loop
 @pytest.mark.parametrize("source", [es.GaussianNoise(), es.NoiseTable(size=2**18, seed=3)], ids=SOURCE_IDS)
+@pytest.mark.slow
 def test_sums_are_the_weighted_sums_of_the_samples_and_their_squares(source, dim):
     layout, keys, linear, square = sums_inputs(dim, 7)
     aux = source.prepare(layout)
@@ -219,6 +222,7 @@ def test_unroll_set_on_its_module_changes_the_program_and_not_the_bits(monkeypat
 
 
 @pytest.mark.parametrize("source", SOURCES[:1] + [es.NoiseTable(size=2**16)], ids=SOURCE_IDS)
+@pytest.mark.slow
 def test_compiled_memory_is_flat_in_popsize(source):
     """XLA's temporary buffers grow by O(1) bytes per member, never by a perturbation (4 * dim bytes).
 

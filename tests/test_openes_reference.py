@@ -34,6 +34,7 @@ REDUCED_METRICS = ("fitness_mean", "fitness_std", "grad_norm", "update_norm", "p
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_openes_matches_the_runs_recorded_before_the_refactor(name):
     kwargs, execution, fitness_fn, params, generations, devices = CASES[name]
     strategy = es.OpenES(**kwargs)

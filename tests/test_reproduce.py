@@ -20,6 +20,7 @@ run: {generations: 3, seed: 5, segment: 1}
 """
 
 
+@pytest.mark.slow
 def test_reproduce_and_train_run_the_same_generations_for_the_same_config_and_seed(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(CONFIG)
@@ -57,6 +58,7 @@ def test_islands_keep_the_best_training_fitness_and_go_on_as_that_islands_own_ru
     assert result["env_steps"] == own_steps + islands["other_islands_env_steps"]
 
 
+@pytest.mark.slow
 def test_sigma_after_islands_restarts_the_kept_islands_strategy_at_that_sigma(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(CONFIG)

@@ -5,6 +5,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 RUNNER = Path(__file__).parent / "run_files.py"
 
 PASSING = "def test_passes():\n    assert 1 + 1 == 2\n"
@@ -49,6 +51,7 @@ def test_a_marker_expression_selects_tests_and_a_file_left_without_any_passes(tm
     assert "==== test_b.py: passed" in result.stdout and "1 deselected" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_hanging_file_is_killed_with_its_children_at_the_timeout(tmp_path):
     started = time.monotonic()
     result = run_files(tmp_path, {"test_hang.py": HANGING, "test_ok.py": PASSING}, "--timeout", "5")

@@ -51,6 +51,7 @@ def assert_log_matches(run_dir, metrics, generations):
         np.testing.assert_array_equal(logged, values)  # exact: float32 round-trips through the JSON text
 
 
+@pytest.mark.slow
 def test_run_in_segments_equals_one_evolve_call_bit_for_bit(tmp_path):
     result = run(tmp_path, 10)  # segments of 4, 4 and 2
     final, metrics = reference(10)
@@ -281,6 +282,7 @@ def flip_bit(path, bit):
 
 # Orbax leaves an asyncio callback behind when tensorstore fails to read garbage; harmless here.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.slow
 def test_a_bit_flipped_anywhere_in_a_checkpoint_falls_back_or_changes_nothing_never_refuses(tmp_path):
     """A seeded sample of single-bit flips: a few in every file of the newest checkpoint, more in our metadata."""
     original = tmp_path / "original"
@@ -370,6 +372,7 @@ def test_resume_refuses_another_strategy_setting_or_batch_size(tmp_path):
     np.testing.assert_allclose(resumed.state.stop_history.best, straight.stop_history.best, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_an_snes_run_checkpointed_before_temperature_existed_resumes_and_a_set_temperature_is_checked(tmp_path):
     snes = es.SNES(popsize=8, sigma=0.1)
     assert "temperature" not in snes.describe()  # what checkpoints written before the setting existed hold

@@ -8,6 +8,7 @@ import pytest
 from es.strategies import shaping
 
 
+@pytest.mark.slow
 def test_centered_rank_matches_hand_computed_values():
     # ranks of [3, 1, 2] are [2, 0, 1]; rank / (n - 1) - 0.5
     chex.assert_trees_all_close(shaping.centered_rank(jnp.array([3.0, 1.0, 2.0])), jnp.array([0.5, -0.5, 0.0]))
@@ -54,6 +55,7 @@ def test_invalid_fitness_takes_the_worst_valid_value(method):
     chex.assert_trees_all_close(with_nan, replaced)
 
 
+@pytest.mark.slow
 def test_all_invalid_gives_zero_weights():
     for method in ["centered_rank", "z_score", "raw"]:
         weights, valid = shaping.shape_fitness(jnp.array([jnp.nan, jnp.inf]), method, maximize=True)

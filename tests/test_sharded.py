@@ -18,6 +18,8 @@ from es.engine.partition import Partition, slice_size
 from es.noise import Layout, standard_normal
 from jax.sharding import PartitionSpec as P
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: programs of 70,001 and 100,000 params on 8 devices
+
 SOURCES = {"prng": es.GaussianNoise(), "table": es.NoiseTable(size=2**20, seed=2)}
 MIN_SLICE = es.noise.MIN_SLICE
 

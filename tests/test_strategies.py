@@ -21,6 +21,7 @@ def evolve(strategy, fitness_fn, params, generations, num_devices=1, seed=0):
 
 
 @pytest.mark.parametrize("name", IDS)
+@pytest.mark.slow
 def test_only_popsize_sized_vectors_cross_devices_at_100k_params_on_8_devices(name):
     strategy = STRATEGIES[name]
     state = strategy.init(jax.random.key(0), jnp.zeros(100_000))
@@ -42,6 +43,7 @@ def all_finite(tree) -> bool:
 
 
 @pytest.mark.parametrize("name", IDS)
+@pytest.mark.slow
 def test_nan_and_inf_fitnesses_never_make_the_state_non_finite(name):
     strategy = STRATEGIES[name]
     state, metrics = evolve(strategy, nan_for_some_members, jnp.ones(20), 30, num_devices=8)
@@ -61,6 +63,7 @@ def quantized_sphere(x, key):
 
 
 @pytest.mark.parametrize("name", IDS)
+@pytest.mark.slow
 def test_ask_tell_gives_the_params_of_evolve_bit_for_bit(name):
     strategy = STRATEGIES[name]
     state = strategy.init(jax.random.key(3), jnp.linspace(-1.0, 1.0, 30))
@@ -91,6 +94,7 @@ def test_ask_tell_after_the_first_generation_traces_and_compiles_nothing():
 
 
 @pytest.mark.parametrize("name", ["SNES-antithetic", "SepCMAES"])
+@pytest.mark.slow
 def test_tell_builds_the_next_members_with_the_bits_of_ask(name):
     strategy = STRATEGIES[name]
     state = strategy.init(jax.random.key(0), jnp.zeros(6))
@@ -124,6 +128,7 @@ def test_tell_returns_the_runs_key_itself_and_checks_a_state_it_returned_only_on
     assert len(checks) == 1
 
 
+@pytest.mark.slow
 def test_ask_builds_a_chunk_of_members_at_a_time():
     strategy = STRATEGIES["SNES"]
     state = strategy.init(jax.random.key(0), {"w": jnp.ones((3, 4)), "b": jnp.zeros(2)})
@@ -149,6 +154,7 @@ def test_it_optimises_a_sphere_and_a_rastrigin(name, problem):
 
 
 @pytest.mark.parametrize("name", IDS)
+@pytest.mark.slow
 def test_tied_fitnesses_get_equal_weights(name):
     strategy = STRATEGIES[name]
     state = strategy.init(jax.random.key(0), jnp.zeros(5))

@@ -11,6 +11,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import optax
 import scipy.stats
 
@@ -118,6 +119,7 @@ def test_sep_cma_es_matches_ros_and_hansen_with_the_cmaes_library_constants():
     close(new.strategy_state.cov, cov)
 
 
+@pytest.mark.slow
 def test_minimising_equals_maximising_the_negated_fitness():
     for strategy in (es.SNES(popsize=P, sigma=0.3), es.ARS(popsize=P, sigma=0.05, top_k=4),
                      es.SepCMAES(popsize=P, sigma=0.3), es.PGPE(popsize=P, sigma=0.3)):

@@ -19,6 +19,8 @@ DATA = pathlib.Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
 import make_strategy_references as cases  # noqa: E402
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: every strategy against its recorded runs
+
 REFERENCE = np.load(DATA / "strategy_references.npz")
 REDUCED_METRICS = ("fitness_mean", "fitness_std", "grad_norm", "update_norm", "params_norm", "sigma")
 

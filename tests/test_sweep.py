@@ -16,6 +16,8 @@ from test_validation import raises
 import es
 import tasks
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: sweeps against separate runs, strategy by strategy
+
 GENERATIONS = 3
 
 # Runs that differ in every numeric hyperparameter a strategy has (and in seed); one case per strategy.

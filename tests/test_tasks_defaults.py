@@ -47,6 +47,7 @@ def check_documented(strategy, name, documented):
 
 
 @pytest.mark.parametrize("name", list(es.STRATEGIES))
+@pytest.mark.slow
 def test_each_named_default_is_that_strategy_with_the_documented_values(name):
     check_documented(tasks.default_strategy(tasks.make("CartPole-v1"), name), name, ENV_DOCUMENTED[name])
     check_documented(tasks.default_strategy(tasks.make("sphere", dim=3), name), name, FUNCTION_DOCUMENTED[name])

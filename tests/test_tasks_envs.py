@@ -15,6 +15,8 @@ import tasks
 from tasks import envs, obs_norm
 from tasks.policies import BoxHead, DiscreteHead, GaussianHead
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: rollouts of every gymnax env kind
+
 
 # One compiled rollout per (hashable, static) task config, shared by the tests below.
 rollout = jax.jit(tasks.EnvTask.rollout, static_argnums=0)

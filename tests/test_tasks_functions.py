@@ -129,6 +129,7 @@ def test_make_looks_a_family_name_up_once(monkeypatch):
         tasks.make("counted-task", size=2)
 
 
+@pytest.mark.slow
 def test_default_strategy_makes_progress_on_a_shifted_rotated_rastrigin_under_evolve():
     task = tasks.make("bbob_rastrigin", dim=12, seed=5)
     strategy = tasks.default_strategy(task)

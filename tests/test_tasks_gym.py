@@ -30,6 +30,7 @@ gymnasium.register("EsTest/MultiDiscrete-v0", entry_point=MultiDiscreteActions, 
 
 
 
+@pytest.mark.slow
 def test_a_gymnasium_task_has_the_task_interface():
     task = tasks.make("gymnasium:CartPole-v1", num_workers=2)
     assert isinstance(task, GymTask) and task.max_steps == 500 and task.num_episodes == 1
@@ -48,6 +49,7 @@ def test_a_gymnasium_task_has_the_task_interface():
         task.mean_return(params, jax.random.key(2))
 
 
+@pytest.mark.slow
 def test_evolving_a_gymnasium_task_counts_env_steps_and_folds_in_the_observation_statistics():
     task = tasks.make("gymnasium:CartPole-v1", num_workers=2)
     strategy = tasks.default_strategy(task)
@@ -85,6 +87,7 @@ def test_linear_policies_clip_and_the_survival_bonus_is_subtracted_in_training_o
 
 @pytest.mark.parametrize("shared_by, popsize, spread", [(None, 2, True), ("pair", 2, False), ("pair", 4, True),
                                                         ("generation", 4, False)])
+@pytest.mark.slow
 def test_common_random_numbers_give_the_members_compared_the_same_episodes(shared_by, popsize, spread):
     task = tasks.make("gymnasium:Pendulum-v1", num_workers=1, common_random_numbers=shared_by)
     assert isinstance(task.fitness, es.HostFitness if shared_by is None else es.CommonRandomNumbers)

@@ -12,6 +12,8 @@ import time
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: the training CLI in child processes
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GENERATIONS = 40
 CONFIG = f"""

@@ -46,6 +46,7 @@ def sweep(config_path, tmp_path_factory):
     return sweep_dir
 
 
+@pytest.mark.slow
 def test_a_sweep_writes_one_run_directory_per_run_and_the_comparison_plot(sweep):
     assert {p.name for p in sweep.iterdir()} == {*RUNS, "sweep.yaml", "comparison.png"}
     assert (sweep / "comparison.png").read_bytes()[:8] == PNG
