@@ -55,6 +55,16 @@ def test_a_tiny_sweep_solves_the_sphere_and_writes_the_table(tmp_path):
     assert row["dim"] == 2 and row["pycma"]["problems"] == 2 and row["pycma"]["final_hits"] >= 1
     assert row["pycma"]["solved"] == sum(r["hits"] for r in result["records"] if r["solver"] == "pycma") / 102
     assert coco.report([str(tmp_path / "coco" / "t-problems.jsonl")]) == written["rows"]
+    # a resumed sweep's records: a problem run again counts once (its last record), one that only a solver ran
+    # not at all
+    again = dict(records["pycma", 1], hits=0, final_target_hit=False)
+    alone = dict(records["pycma", 2], id="bbob_f003_i01_d02", function=3)
+    (tmp_path / "more.jsonl").write_text(json.dumps(again) + "\n" + json.dumps(alone) + "\n")
+    (resumed,) = coco.report([str(tmp_path / "coco" / "t-problems.jsonl"), str(tmp_path / "more.jsonl")])
+    expected = (sum(r["hits"] for r in result["records"] if r["solver"] == "pycma") - 51) / 102
+    assert resumed["pycma"]["problems"] == (2 if "es" in solvers else 3)
+    if "es" in solvers:
+        assert resumed["pycma"]["solved"] == expected
     text = (tmp_path / "coco.md").read_text()
     assert text.startswith("| dimension | problems | es solved % | pycma solved % | difference (pp) | es wall s |")
     assert text.splitlines()[2].startswith("| 2 | 2 |")

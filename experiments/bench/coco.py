@@ -362,9 +362,19 @@ def sweep(dims, functions, instances, solvers, budget_multiplier: float, coco_di
 
 
 def report(paths: list[str]) -> list[dict]:
-    """The per-dimension rows of the per-problem records in ``paths`` (JSON lines written by ``sweep``)."""
-    records = [json.loads(line) for path in paths for line in open(path) if line.strip()]
-    solvers = [s for s in SOLVERS if any(r["solver"] == s for r in records)]
+    """The per-dimension rows of the per-problem records in ``paths`` (JSON lines written by ``sweep``).
+
+    A problem recorded more than once counts once (its last record: later paths and lines win), and only the
+    problems that every solver ran count, so that split or resumed sweeps compare the solvers like for like."""
+    latest = {}
+    for path in paths:
+        for line in open(path):
+            if line.strip():
+                record = json.loads(line)
+                latest[record["solver"], record["id"]] = record
+    solvers = [s for s in SOLVERS if any(solver == s for solver, _ in latest)]
+    shared = set.intersection(*({i for s, i in latest if s == solver} for solver in solvers)) if solvers else set()
+    records = [r for (_, i), r in latest.items() if i in shared]
     return [summarise(records, solvers, dim) for dim in sorted({r["dim"] for r in records})]
 
 

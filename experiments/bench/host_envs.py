@@ -50,8 +50,10 @@ def child(env_id: str, devices: int, generations: int) -> dict:
 
 
 def run_case(checkout: str, env_id: str, devices: int, generations: int, timeout: float) -> dict:
-    """``child`` in a fresh process that imports es from ``checkout``."""
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from experiments.bench.host_envs import child; "
+    """``child`` in a fresh process that imports es from ``checkout``, and runs there: its worker processes, which
+    import the main module's path afresh, must import the same checkout."""
+    code = ("import json, os, sys; os.chdir(sys.argv[1]); sys.path.insert(0, sys.argv[1]); "
+            "from experiments.bench.host_envs import child; "
             "print(json.dumps(child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))")
     env = {"PYTHONPATH": os.path.abspath(checkout), "JAX_NUM_CPU_DEVICES": str(devices)}
     command = [sys.executable, "-c", code, os.path.abspath(checkout), env_id, str(devices), str(generations)]
