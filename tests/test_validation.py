@@ -227,3 +227,18 @@ def test_errors_come_before_compilation(monkeypatch, state):
     with pytest.raises(ValueError):
         es.evolve(es.OpenES(popsize=12, sigma=0.1), sphere, state, 1, mesh=es.make_mesh(8))
     assert compiled == []
+
+
+def test_a_jax_fitness_that_fails_when_traced_gets_an_es_error_naming_its_line_and_the_fix():
+    def branching(params, key):
+        if params[0] > 0:  # Python control flow on a traced value
+            return 1.0
+        return jnp.sum(params)
+
+    line = branching.__code__.co_firstlineno + 1
+    strategy = es.SNES(popsize=8)
+    state = strategy.init(jax.random.key(0), jnp.zeros(3))
+    with raises(es.FitnessError, "fitness_fn(params, key) raised TracerBoolConversionError",
+                f"test_validation.py:{line} (branching)", "float32[3]", "jnp.where", "es.HostFitness") as info:
+        es.evolve(strategy, branching, state, 1)
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no JAX traceback chained

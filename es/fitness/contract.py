@@ -79,8 +79,9 @@ def from_host(values, where: str, dtype=None) -> Fitnesses:
 
 
 class FitnessError(RuntimeError):
-    """A fitness evaluated on the host failed: ``fn`` raised, its worker died, or it exceeded ``timeout_s``
-    (``es.HostFitness``).
+    """A fitness failed: on the host, ``fn`` raised, its worker died, or it exceeded ``timeout_s``
+    (``es.HostFitness``); or a JAX fitness raised while es traced it, before anything compiled (the message
+    names the line of the fitness it came from).
 
     Raised by ``es.evolve`` and ``es.run`` after the generation that failed
     (``es.run`` first checkpoints the segments that completed). The message

@@ -20,6 +20,8 @@ fitnesses come from their parameters alone.
 from __future__ import annotations
 
 import inspect
+import os
+import traceback
 
 from typing import Any, Callable, NamedTuple
 
@@ -29,7 +31,7 @@ import jax.numpy as jnp
 from es import validation
 from es.engine.batching import default_eval_batch_size
 from es.engine.members import EVAL_KEY_SHARING
-from es.fitness.contract import Fitness, Fitnesses, fitness_dtype
+from es.fitness.contract import Fitness, FitnessError, Fitnesses, fitness_dtype
 
 PyTree = Any
 
@@ -278,7 +280,7 @@ def check_takes_params_and_key(fn: Callable) -> None:
 def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):
     """Trace ``fn`` on abstract inputs and raise ``TypeError`` unless it gives a real scalar."""
     if isinstance(fn, StatefulFitness):
-        out = jax.eval_shape(fn.evaluate, params, key, fitness_state)
+        out = traced(fn.evaluate, "StatefulFitness.evaluate(params, key, fitness_state)", params, key, fitness_state)
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(
                 "StatefulFitness.evaluate must return (fitness, stats); got "
@@ -288,7 +290,7 @@ def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_s
         where = "StatefulFitness.evaluate(params, key, fitness_state)[0]"
     else:
         check_takes_params_and_key(fn)
-        out = jax.eval_shape(fn, params, key)
+        out = traced(fn, "fitness_fn(params, key)", params, key)
         where = "fitness_fn(params, key)"
     if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != ():
         got = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", out)
@@ -298,3 +300,24 @@ def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_s
         )
     if not (jnp.issubdtype(out.dtype, jnp.floating) or jnp.issubdtype(out.dtype, jnp.integer)):
         raise TypeError(f"{where} must return a real number, got dtype {out.dtype}.")
+
+
+LIBRARIES = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in (jax,)) + (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+
+
+def traced(fn: Callable, where: str, *args):
+    """``jax.eval_shape(fn, *args)``; an error that ``fn`` raises while traced becomes an ``es.FitnessError``
+    naming the call, the line of the user's code it came from, and what a traced fitness may not do."""
+    try:
+        return jax.eval_shape(fn, *args)
+    except Exception as error:  # the user's function failed on abstract (traced) inputs
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(LIBRARIES)]
+        at = f" at {frames[-1].filename}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
+        shapes = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", args[0])
+        raise FitnessError(
+            f"{where} raised {type(error).__name__}{at} while es traced it on one member's params {shapes}: "
+            f"{error}\nA JAX fitness runs traced, once per program: its Python sees abstract arrays, so branch "
+            "with jnp.where or jax.lax.cond rather than `if` on a value; Python or numpy code that needs "
+            "concrete values runs on the host with es.HostFitness(fn)."
+        ) from None
