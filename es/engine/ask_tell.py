@@ -236,23 +236,9 @@ class Loop:
         program, hp, mesh, execution = _prepared(strategy, layout, None, LOOP_CRITERIA)
         dtype = jnp.result_type(float)
         given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
-        lowered = (_ask_compiled.lower(program, 0, strategy.popsize, False, hp, state),
-                   _tell_ask_compiled.lower(program, mesh, execution, hp, state, given))
-        ask = {}  # XLA compiles without the GIL: the small ask program beside the step, on another core
-
-        def compile_ask():
-            try:
-                ask["compiled"] = lowered[0].compile()
-            except BaseException as error:  # raised below, in the caller's thread
-                ask["error"] = error
-
-        thread = threading.Thread(target=compile_ask, name="es ask compile", daemon=True)
-        thread.start()
-        step = lowered[1].compile()
-        thread.join()
-        if "error" in ask:
-            raise ask["error"]
-        return ask["compiled"], step
+        ask = _ask_compiled.lower(program, 0, strategy.popsize, False, hp, state).compile()
+        step = _tell_ask_compiled.lower(program, mesh, execution, hp, state, given).compile()
+        return ask, step
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
