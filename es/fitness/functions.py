@@ -290,8 +290,8 @@ def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_s
         where = "StatefulFitness.evaluate(params, key, fitness_state)[0]"
     else:
         check_takes_params_and_key(fn)
-        out = traced(fn, "fitness_fn(params, key)", params, key)
         where = "fitness_fn(params, key)"
+        out = traced(fn, where, params, key)
     if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != ():
         got = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", out)
         raise TypeError(
@@ -302,8 +302,8 @@ def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_s
         raise TypeError(f"{where} must return a real number, got dtype {out.dtype}.")
 
 
-LIBRARIES = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in (jax,)) + (
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+_LIBRARIES = (os.path.dirname(os.path.dirname(jax.__file__)) + os.sep,  # site-packages: jax, flax, ...
+              os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)  # es itself
 
 
 def traced(fn: Callable, where: str, *args):
@@ -312,7 +312,7 @@ def traced(fn: Callable, where: str, *args):
     try:
         return jax.eval_shape(fn, *args)
     except Exception as error:  # the user's function failed on abstract (traced) inputs
-        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(LIBRARIES)]
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(_LIBRARIES)]
         at = f" at {frames[-1].filename}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
         shapes = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", args[0])
         raise FitnessError(
