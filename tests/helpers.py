@@ -10,6 +10,7 @@ property under test needs it, and say why.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 import jax
@@ -110,3 +111,9 @@ def wait_until_dead(pids, timeout: float = 10.0) -> list:
     while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.05)
     return [p for p in pids if pid_alive(p)]
+
+
+def xla_flags_without_device_count() -> str:
+    """This process's ``XLA_FLAGS`` less the emulated device count, for a child process that picks its own
+    devices (``JAX_NUM_CPU_DEVICES``); any other XLA flag the suite was run with is kept."""
+    return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f)

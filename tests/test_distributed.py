@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import xla_flags_without_device_count
 
 import es
 import es.engine.execution
@@ -31,8 +32,7 @@ def child_env(**extra) -> dict:
     """This worktree's ``es`` first on the path; no inherited device-count or ES_* settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ES_") and not k.startswith("SLURM_")}
     env.pop("JAX_NUM_CPU_DEVICES", None)
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
-    env["XLA_FLAGS"] = " ".join(flags)
+    env["XLA_FLAGS"] = xla_flags_without_device_count()
     env["PYTHONPATH"] = str(REPO)
     env.update(extra)
     return env

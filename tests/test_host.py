@@ -26,15 +26,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "workers"))
 from host_run import GENERATIONS, INTERRUPTED, STRATEGY, host_problem, initial_state  # noqa: E402
 
-from helpers import wait_until_dead  # noqa: E402
+from helpers import wait_until_dead, xla_flags_without_device_count  # noqa: E402
 
 CHILD_TIMEOUT = 150
 
 
 def child_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ES_")}
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
-    env["XLA_FLAGS"] = " ".join(flags)
+    env["XLA_FLAGS"] = xla_flags_without_device_count()
     env["PYTHONPATH"] = str(REPO)
     env.update(extra)
     return env

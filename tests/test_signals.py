@@ -19,7 +19,7 @@ import pytest
 
 import es
 from es.runs.checkpoint import Checkpointer
-from helpers import wait_until_dead
+from helpers import wait_until_dead, xla_flags_without_device_count
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = str(REPO / "tests" / "workers" / "signals_run.py")
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.slow
 
 
 def start(tmp_path, kind: str, segment: int) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ES_") and k != "XLA_FLAGS"}
-    env.update(PYTHONPATH=str(REPO), JAX_NUM_CPU_DEVICES="1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ES_")}
+    env.update(PYTHONPATH=str(REPO), JAX_NUM_CPU_DEVICES="1", XLA_FLAGS=xla_flags_without_device_count())
     return subprocess.Popen([sys.executable, WORKER, str(tmp_path), "--kind", kind, "--segment", str(segment)],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import xla_flags_without_device_count
 
 pytestmark = pytest.mark.slow  # make test-fast leaves it out: the training CLI in child processes
 
@@ -30,8 +31,7 @@ CHILD_ENV = {"JAX_NUM_CPU_DEVICES": "2"}
 def child_env():
     """Two CPU devices in the child (not the 8 of this test session); the suite's compilation cache is in the
     environment (tests/conftest.py), so only the first child compiles a program."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return {**env, **CHILD_ENV}
+    return {**os.environ, "XLA_FLAGS": xla_flags_without_device_count(), **CHILD_ENV}
 
 
 def train(*args, **kwargs):
