@@ -187,7 +187,7 @@ def test_state_of_wrong_type():
 
 def test_execution_options_belong_to_evolve_and_are_checked_there(state):
     for name, value in (("exchange", "gradient"), ("eval_batch_size", 4), ("update_batch_size", 4)):
-        with raises(TypeError, f"OpenES({name}=...)", "no longer part of the strategy", f"es.evolve(", f"{name}="):
+        with raises(TypeError, f"OpenES({name}=...)", "no longer part of the strategy", "es.evolve(", f"{name}="):
             es.OpenES(popsize=8, **{name: value})
     strategy = es.OpenES(popsize=8, sigma=0.1)
     with raises(ValueError, "exchange='all'", "fitness", "gradient"):

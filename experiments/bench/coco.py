@@ -81,7 +81,6 @@ import argparse
 import contextlib
 import glob
 import json
-import math
 import os
 import re
 import time

@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import warnings
 
-import numpy as np
 
 SUITES = ("bbob", "bbob-boxed", "bbob-constrained", "bbob-mixint", "bbob-noisy")
 DIMS = {"bbob": (2, 3, 5, 10, 20), "bbob-mixint": (5, 10, 20)}

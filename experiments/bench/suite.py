@@ -296,21 +296,22 @@ def reconstruction_child(dims: list[int]) -> None:
     import numpy as np
 
     import es
-    from es.engine import generation as engine
     from es.engine import members as population
+    from es.engine import sums
 
     def best_of(fn, repeats=5):
         fn()  # warm up (compile)
         return min(common.timed(fn, repeats))
 
-    n = 2**27  # 512 MiB of float32
-    source = np.ones(n, np.float32)
-    target = np.empty_like(source)
-    copy_gbs = 2 * 4 * n / best_of(lambda: np.copyto(target, source)) / 1e9  # read + write
-    device_array = jnp.asarray(source)
-    total = jax.jit(jnp.sum)
-    read_gbs = 4 * n / best_of(lambda: total(device_array).block_until_ready()) / 1e9
-    del source, target, device_array
+    def bandwidths(n=2**27):  # 512 MiB of float32, freed on return
+        source = np.ones(n, np.float32)
+        target = np.empty_like(source)
+        copy_gbs = 2 * 4 * n / best_of(lambda: np.copyto(target, source)) / 1e9  # read + write
+        device_array = jnp.asarray(source)
+        total = jax.jit(jnp.sum)
+        return copy_gbs, 4 * n / best_of(lambda: total(device_array).block_until_ready()) / 1e9
+
+    copy_gbs, read_gbs = bandwidths()
 
     key = jax.random.key(0)
     table_build = jax.jit(es.NoiseTable(size=TABLE_SIZE).prepare, static_argnums=0)
@@ -330,7 +331,7 @@ def reconstruction_child(dims: list[int]) -> None:
 
             def rebuild(aux, w, noise=noise, batch=batch, dim=dim):
                 generation = population.Generation(noise, aux, gen_key, jnp.zeros(dim), 1.0, True)
-                return engine.rebuild_sums(generation, es.Coefficients(w), members, batch).linear
+                return sums.rebuild(generation, es.Coefficients(w), members, batch).linear
 
             rebuild = jax.jit(rebuild)
             seconds = best_of(lambda: rebuild(aux, weights).block_until_ready(), repeats)
