@@ -26,6 +26,11 @@ import optax
 PyTree = Any
 
 
+def shapes(tree) -> Any:
+    """``tree`` with each array (or ``jax.ShapeDtypeStruct``) as ``"dtype[shape]"``, e.g. ``float32[3]``, for messages."""
+    return jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", tree)
+
+
 def is_int(x) -> bool:
     """Whether ``x`` is an integer (Python or numpy) and not a bool."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)

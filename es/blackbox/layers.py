@@ -30,6 +30,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from es import validation
 from es.blackbox import bounds, constraints, integers, objective, uncertainty
 from es.engine.stopping import CRITERIA
 from es.parallel.mesh import POPULATION_AXIS
@@ -365,7 +366,7 @@ def _constraint_kind(g, x0: PyTree) -> str:
         return "python"
     if not isinstance(out, jax.ShapeDtypeStruct) or len(out.shape) > 1 or not (
             np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer)):
-        got = jax.tree.map(lambda s: f"{s.dtype}{list(s.shape)}", out)
+        got = validation.shapes(out)
         raise TypeError(f"es.minimize(constraints=g): g(x) must return a number or a 1-D array of numbers; for x "
                         f"shaped like x0 it returns {got}.")
     return "jax"

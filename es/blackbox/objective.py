@@ -18,6 +18,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from es import validation
 from es.host import HostFitness
 
 PyTree = Any
@@ -42,7 +43,7 @@ def kind_of(fun: Any, x0: PyTree) -> str:
         return "python"
     if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != () or not (
             np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer)):
-        got = jax.tree.map(lambda s: f"{s.dtype}{list(s.shape)}", out)
+        got = validation.shapes(out)
         raise TypeError(
             f"es.minimize(fun=...): fun(x) must return one real number, but for x shaped like x0 it returns {got}; "
             "reduce it to a scalar, e.g. jnp.sum(...)."

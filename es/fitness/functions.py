@@ -293,7 +293,7 @@ def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_s
         where = "fitness_fn(params, key)"
         out = traced(fn, where, params, key)
     if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != ():
-        got = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", out)
+        got = validation.shapes(out)
         raise TypeError(
             f"{where} must return a scalar (shape ()), got {got}. "
             "Reduce it to one number per member, e.g. jnp.sum(rewards) or loss.mean()."
@@ -314,7 +314,7 @@ def traced(fn: Callable, where: str, *args):
     except Exception as error:  # the user's function failed on abstract (traced) inputs
         frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(_LIBRARIES)]
         at = f" at {frames[-1].filename}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
-        shapes = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", args[0])
+        shapes = validation.shapes(args[0])
         raise FitnessError(
             f"{where} raised {type(error).__name__}{at} while es traced it on one member's params {shapes}: "
             f"{error}\nA JAX fitness runs traced, once per program: its Python sees abstract arrays, so branch "
