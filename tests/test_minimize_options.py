@@ -18,6 +18,7 @@ from test_validation import raises
 import es
 from es.blackbox import bounds as bounds_layer
 from es.blackbox import constraints as constraints_layer
+from es.blackbox import integers
 from es.blackbox import uncertainty
 from es.strategies import margin
 
@@ -133,6 +134,89 @@ def test_integer_variables_are_integral_whenever_fun_sees_them_and_in_the_result
     assert len(np.unique(seen[:, 2])) >= 2  # it moved on an integer coordinate
     np.testing.assert_allclose(result.x, [1.0, 0.25, 2.0, 2.0], atol=1e-3)
     assert result.x[2] == 2.0 and result.fun == sphere(result.x)
+
+
+def test_integer_centering_moves_the_recombined_members_as_pycmas_method2():
+    """``integers.offsets`` against pycma's own ``IntegerCentering`` (method 2, bias corrected) on the best half
+    of a random population; by hand, members that all left the mean's cell for one value move to it; and the
+    weights ``centered`` recombines with are the engine's, ties included."""
+    cma = pytest.importorskip("cma", reason="pycma, the reference: pip install -e '.[dev]'")
+    rng = np.random.default_rng(7)
+    n, index = 6, [0, 2, 3, 5]
+    found = integers.checked(index, n, None, None)
+    mean = rng.normal(size=n) * 2
+    best = mean + rng.normal(size=(6, n)) * 0.8
+    centred = [np.array(row) for row in best]
+    cma.integer_centering.IntegerCentering(index)(centred, mean)
+    moved = integers.offsets(found, best, mean)
+    np.testing.assert_allclose(moved, (np.array(centred) - best)[:, index], rtol=1e-12, atol=1e-15)
+    assert np.any(moved != 0) and np.all(np.array(centred)[:, [1, 4]] == best[:, [1, 4]])
+
+    left = np.array([[1.3], [0.7], [1.45]])  # all three leave the mean's cell (0) for 1
+    np.testing.assert_array_equal(left + integers.offsets(integers.checked([0], 1, None, None), left, np.array([0.2])),
+                                  1.0)
+
+    tied = np.array([3.0, 1.0, 1.0, np.nan, 2.0, 1.0, 5.0, np.inf, 0.5, 2.0, 4.0, 3.0])
+    by_rank = es.strategies.cma_es.constants(n, tied.size).weights
+    np.testing.assert_allclose(integers._tied_weights(tied, np.asarray(by_rank)),
+                               es.strategies.shaping.rank_weights(jnp.asarray(tied), jnp.asarray(by_rank), False),
+                               atol=1e-6)  # the engine ranks in float32 here (no x64)
+
+
+@pytest.mark.parametrize("kind", ["CMAES", "SepCMAES"])
+def test_integer_centering_updates_as_if_the_centred_members_were_sampled(kind):
+    """An update with ``integers.centered``'s ``centering`` in the state equals the update whose sums are
+    rebuilt from the centred members themselves: the mean, both paths and the covariance all learn from them."""
+    from es.strategies.base import Sums
+
+    with importlib.import_module("es.blackbox.minimize").float64():
+        n, popsize, index = 5, 10, [0, 3]
+        found = integers.checked(index, n, None, None)
+        strategy = margin.attached(getattr(es, kind)(popsize=popsize, sigma=0.7, maximize=False),
+                                   integers.margin(found))
+        state = strategy.init(jax.random.key(3), jnp.asarray([0.3, -1.2, 2.0, 0.45, 0.0]))
+        inner = state.strategy_state
+        rng = np.random.default_rng(1)
+        if kind == "CMAES":  # a covariance that is not the identity, and A != 1
+            q = np.linalg.qr(rng.normal(size=(n, n)))[0]
+            d = np.array([0.5, 1.0, 2.0, 1.5, 0.8])
+            inner = inner._replace(basis=jnp.asarray(q), scales=jnp.asarray(d), cov=jnp.asarray(q @ np.diag(d**2) @ q.T))
+            to_y = q * d[None, :]
+        else:
+            d = np.array([0.25, 1.0, 4.0, 2.25, 0.64])
+            inner = inner._replace(cov=jnp.asarray(d))
+            to_y = np.diag(np.sqrt(d))
+        inner = inner._replace(scaling=jnp.asarray([1.5, 1.0, 1.0, 0.7, 1.0]))
+        state = state._replace(strategy_state=inner)
+        mean = np.asarray(state.params)
+        z = rng.normal(size=(popsize, n))
+        scale = 0.7 * np.asarray(inner.scaling)
+        rows = mean + scale * (z @ to_y.T)
+        ranked = rng.permutation(popsize).astype(float)
+        hp = strategy.hyperparameters(n)
+        coefficients = strategy.coefficients(hp, inner, jnp.asarray(ranked))
+
+        def sums(members_z):
+            c = np.asarray(coefficients.linear)
+            if kind == "SepCMAES":
+                return Sums(jnp.asarray(c @ members_z), jnp.asarray(np.asarray(coefficients.square) @ members_z**2))
+            unit = np.asarray(coefficients.outer_unit) / np.sum(members_z**2, axis=1)
+            outer = np.asarray(coefficients.outer) + unit
+            return Sums(jnp.asarray(c @ members_z), None, jnp.asarray((outer[:, None] * members_z).T @ members_z))
+
+        given = integers.centered(found, strategy, state, rows, ranked).strategy_state
+        assert np.any(np.asarray(given.centering.linear) != 0)
+        moved = np.array(rows)
+        best = np.asarray(coefficients.linear) > 0
+        moved[np.ix_(best, index)] += integers.offsets(found, rows[best], mean)
+        centred_z = np.linalg.solve(to_y, ((moved - mean) / scale).T).T
+        generation, update = jnp.asarray(4), jax.jit(strategy.update)  # one program for both
+        with_centering = update(hp, given, state.params, coefficients, sums(z), generation)
+        from_members = update(hp, inner._replace(centering=margin.cleared(given.centering)), state.params,
+                                       coefficients, sums(centred_z), generation)
+        for got, want in zip(jax.tree.leaves(with_centering), jax.tree.leaves(from_members)):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+        assert not np.any(np.asarray(with_centering.state.centering.outer))  # cleared for the next generation
 
 
 @pytest.mark.slow

@@ -153,6 +153,8 @@ class Layers:
             ranked = ranked + bounds.penalties(self.options.box, self.penalty, genotypes)
         if g is not None:
             ranked = ranked + constraints.penalties(self.lagrangian, g)
+        if self.options.integers is not None:  # integer centering: what the update adds to its sums
+            loop.state = integers.centered(self.options.integers, strategy, loop.state, genotypes, ranked)
         (_, sigma, stop), loop.members = loop.step(ranked)
         self.after(loop, strategy, genotypes, (f, g, ranked))
         feasible = f if g is None else np.where(constraints.violations(g) == 0, f, np.nan)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from es import compilation_cache, validation
-from es.blackbox import layers, objective
+from es.blackbox import integers, layers, objective
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
 from es.engine import ask_tell, stopping
 from es.strategies import CMAES, SepCMAES
@@ -132,7 +132,8 @@ def minimize(
       sigma0: the initial scale (> 0): about a quarter of the width of the
         region where the optimum may be.
       strategy: ``None``: ``es.CMAES`` up to ``es.strategies.cma_es.MAX_DIM``
-        parameters, ``es.SepCMAES`` above, with popsize ``4 + floor(3 ln D)``.
+        parameters, ``es.SepCMAES`` above, with popsize ``4 + floor(3 ln D)``
+        (with ``integer_variables``, pycma's ``6 + 3 (ln D + ln D_int)``).
         Or a strategy (e.g. ``es.SNES(popsize=32)``): its popsize is the first
         run's, and ``minimize`` sets its ``sigma`` and ``maximize=False``.
       max_evals: evaluations at most (never exceeded), at least the popsize.
@@ -148,7 +149,8 @@ def minimize(
         where every value is <= 0; a JAX or Python callable
         (``es.blackbox.constraints``, an augmented Lagrangian).
       integer_variables: indices into the flattened ``x``: ``fun`` sees
-        integral values there (``es.blackbox.integers``, CMA-ES with margin).
+        integral values there (``es.blackbox.integers``: CMA-ES with margin
+        and integer centering).
       noisy: uncertainty handling for a noisy ``fun``
         (``es.blackbox.uncertainty``).
 
@@ -159,9 +161,14 @@ def minimize(
     compilation cache, ``es.compilation_cache``: on by default in
     ``~/.cache/es/jax``; ``ES_COMPILATION_CACHE=off`` leaves it off).
     """
-    kind, template, x0, schedule = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
+    kind, template, x0 = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
     options = layers.checked(x0, bounds, constraints, integer_variables, noisy)
     layers.check_strategy(options, template)
+    if strategy is None and options is not None and options.integers is not None:
+        dim = sum(np.size(leaf) for leaf in jax.tree.leaves(x0))
+        template = dataclasses.replace(template, popsize=integers.popsize(dim, options.integers))
+    _check_budget(max_evals, template.popsize)
+    schedule = Schedule(restarts, template.popsize, sigma0, seed)
     compilation_cache.enable_by_default()
     with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
@@ -331,7 +338,7 @@ _COMPILED: dict = {}  # (strategy program, x0 signature) -> future of Loop.compi
 
 
 def _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed):
-    """``(kind, template strategy, x0 as float64 numpy, schedule)`` or a clear error naming the argument."""
+    """``(kind, template strategy, x0 as float64 numpy)`` or a clear error naming the argument."""
     leaves = jax.tree.leaves(x0)
     try:
         arrays = [np.asarray(leaf, np.float64) for leaf in leaves]
@@ -361,11 +368,13 @@ def _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed):
             "es.SepCMAES(popsize=16) or es.SNES(popsize=32)."
         )
     validation.check_int("es.minimize", "max_evals", max_evals, 1)
-    if max_evals < template.popsize:
+    return objective.kind_of(fun, x0), template, x0
+
+
+def _check_budget(max_evals: int, popsize: int) -> None:
+    if max_evals < popsize:
         raise ValueError(
             f"es.minimize(max_evals={max_evals}): the budget must hold at least one generation of "
-            f"{template.popsize} members; use max_evals >= {template.popsize} (pycma's default is 1e3 * D**2)."
+            f"{popsize} members; use max_evals >= {popsize} (pycma's default is 1e3 * D**2)."
         )
-    kind = objective.kind_of(fun, x0)
-    return kind, template, x0, Schedule(restarts, template.popsize, sigma0, seed)
 

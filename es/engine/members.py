@@ -118,6 +118,12 @@ class Generation:
         """float32[len(indices), D]: the noise vectors with those indices."""
         return jax.vmap(self.noise.sample, in_axes=(None, 0, None))(self.aux, self.noise_keys(indices), self.layout)
 
+    def noise_rows(self, indices: jax.Array) -> jax.Array:
+        """``noise_vectors(indices)``, drawn one vector per step of a loop: the same values, held in memory once
+        for all the sums that read them. XLA would otherwise copy the draw (the hash and its transform) into each
+        consumer's fused loop, a program several times larger for the same arithmetic (docs/benchmarks.md)."""
+        return jax.lax.map(lambda key: self.noise.sample(self.aux, key, self.layout), self.noise_keys(indices))
+
     def step(self, sign: jax.Array, eps: jax.Array) -> jax.Array:
         """``scale * sign * eps`` (``sign * scale @ eps`` for a matrix scale): one member's offset from the mean."""
         if jnp.ndim(self.scale) == 2:

@@ -74,7 +74,7 @@ def rebuild(members: population.Generation, coefficients: Coefficients, summed: 
     def chunk_sums(chunk):
         chunk_linear, chunk_square, chunk_outer, chunk_unit, chunk_indices = chunk
         if chunk_outer is not None:
-            eps = members.noise_vectors(chunk_indices).astype(chunk_outer.dtype)
+            eps = members.noise_rows(chunk_indices).astype(chunk_outer.dtype)
             if chunk_unit is not None:
                 chunk_outer = chunk_outer + chunk_unit / jnp.sum(eps * eps, axis=1)
             return (*weighted_sums(chunk_linear, chunk_square, eps), outer_sum(chunk_outer, eps))

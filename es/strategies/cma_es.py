@@ -33,8 +33,9 @@ besides it. ``MAX_DIM`` parameters at most: above, use ``es.SepCMAES`` or ``es.S
 Integer variables (optional, ``es.strategies.margin``): with a ``margin`` attached, members are ``m + sigma A
 B D z`` with ``A`` the state's diagonal ``scaling``, the mean steps by ``sigma A y_w`` (``C`` still learns from
 ``y``), and after each update the margin moves the mean and ``A`` of the integer coordinates so that each keeps
-a probability of another value. Without one (the default) the state's ``scaling`` is ``None`` and nothing above
-changes, bit for bit.
+a probability of another value; integer centering, where the host asks for it, adds the state's ``centering`` to
+the sums first. Without one (the default) the state's ``scaling`` and ``centering`` are ``None`` and nothing
+above changes, bit for bit.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class CMAESState(NamedTuple):
       path_sigma: float[n], ``p_sigma``, the conjugate evolution path.
       path_cov: float[n], ``p_c``, the evolution path of ``C``.
       scaling: float[n], ``A`` of CMA-ES with margin (``es.strategies.margin``); ``None`` without a margin.
+      centering: what integer centering adds to the next update's sums (``es.strategies.margin.Centering``,
+        its ``outer`` float[n, n]); ``None`` without a margin.
     """
 
     sigma: jax.Array
@@ -78,6 +81,7 @@ class CMAESState(NamedTuple):
     path_sigma: jax.Array
     path_cov: jax.Array
     scaling: jax.Array | None = None
+    centering: margins.Centering | None = None
 
 
 class CMAESHyperparameters(NamedTuple):
@@ -136,7 +140,7 @@ class CMAES(Strategy):
       noise: ``es.GaussianNoise()`` or ``es.NoiseTable(...)``.
 
     ``margin`` (not an argument: ``es.strategies.margin.attached(strategy, margin)``) keeps integer variables
-    moving (CMA-ES with margin); ``None`` by default.
+    moving (CMA-ES with margin; ``es.blackbox.integers.centered`` adds integer centering); ``None`` by default.
     """
 
     popsize: int
@@ -167,7 +171,7 @@ class CMAES(Strategy):
         n, dtype = mean.shape[0], mean.dtype
         eye, zeros = jnp.eye(n, dtype=dtype), jnp.zeros((n,), dtype)
         return CMAESState(jnp.asarray(hp.sigma, dtype), eye, eye, jnp.ones((n,), dtype), zeros, zeros,
-                          margins.initial_scaling(self.margin, mean))
+                          margins.initial_scaling(self.margin, mean), margins.initial_centering(self.margin, mean, True))
 
     def scale(self, hp, state: CMAESState, generation: jax.Array) -> jax.Array:
         return margins.scaled(state.scaling, state.sigma * state.basis * state.scales[None, :])
@@ -181,10 +185,12 @@ class CMAES(Strategy):
 
     def update(self, hp, state: CMAESState, mean: jax.Array, coefficients: Coefficients, sums: Sums,
                generation: jax.Array) -> Step:
-        sigma, cov, basis, scales, path_sigma, path_cov, scaling = state
+        sigma, cov, basis, scales, path_sigma, path_cov, scaling, centering = state
         n = mean.shape[0]
         k = constants(n, self.popsize)
         to_y = basis * scales[None, :]  # B D: z-space to y-space
+        if centering is not None:  # integer centering's change of the members (es.strategies.margin)
+            sums = margins.centered_sums(centering, sums, basis.T / scales[:, None])
         y_w = to_y @ sums.linear
         path_sigma = (1 - k.c_sigma) * path_sigma + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * (
             basis @ sums.linear)
@@ -204,7 +210,7 @@ class CMAES(Strategy):
             return Step(mean + step, CMAESState(new_sigma, cov, basis, scales, path_sigma, path_cov), y_w, step)
         std = new_sigma * jnp.sqrt(jnp.sum((basis * scales[None, :]) ** 2, axis=1))  # what the next members get
         new_mean, scaling = margins.correct(self.margin, mean + sigma * scaling * y_w, std, scaling, self.popsize)
-        state = CMAESState(new_sigma, cov, basis, scales, path_sigma, path_cov, scaling)
+        state = CMAESState(new_sigma, cov, basis, scales, path_sigma, path_cov, scaling, margins.cleared(centering))
         return Step(new_mean, state, y_w, new_mean - mean)
 
     def stop_conditions(self, hp, state: CMAESState, mean, generation, criteria) -> dict[str, jax.Array]:

@@ -18,6 +18,18 @@ value cells are ``[k - 1/2, k + 1/2)``, the outermost reaching to -inf / +inf. A
 The paper's ``alpha`` is ``1 / (n lambda)`` (``alpha=None``); ``es.minimize`` fixes it per coordinate
 (``es.blackbox.integers.ALPHA``, measured on COCO's bbob-mixint). With no margin (``None``) a strategy's
 state holds no ``scaling`` and its maths are unchanged, bit for bit.
+
+Integer centering (``es.blackbox.integers.centered``, after Marty et al., PPSN 2024) changes the members the
+update recombines: member ``i``'s ``y_i = (x_i - m) / (sigma A)`` becomes ``y_i + u_i``. The host, which holds
+the members, writes what that adds to the update's sums into the state's ``centering`` (in ``y``), and the
+update adds it to the sums it rebuilt (``centered_sums``: in ``z = (B D)^-1 y``) before anything reads them,
+so the mean, both paths and ``C`` learn from the centred members, as pycma's do::
+
+    linear = sum_i w_i u_i                                  (float[n])
+    outer  = sum_i w_i (y_i u_i^T + u_i y_i^T + u_i u_i^T)  (float[n, n]; its diagonal for es.SepCMAES)
+
+over the members of positive weight ``w_i``. The update leaves zeros there: a generation nobody centred adds
+nothing.
 """
 
 from __future__ import annotations
@@ -96,6 +108,43 @@ def correct(margin: IntegerMargin, mean: jax.Array, std: jax.Array, scaling: jax
     new_m = jnp.where(two & needs, side_m, jnp.where(one, edge_m, m))
     new_a = jnp.where(two & needs, side_s / base, a)
     return mean.at[index].set(new_m), scaling.at[index].set(new_a)
+
+
+class Centering(NamedTuple):
+    """What integer centering adds to the next update's sums, in ``y`` (module docstring); zeros: nothing.
+
+    Attributes:
+      linear: float[n], ``sum_i w_i u_i``.
+      outer: float[n, n] (``es.CMAES``) or float[n] (its diagonal, ``es.SepCMAES``).
+    """
+
+    linear: jax.Array
+    outer: jax.Array
+
+
+def initial_centering(margin: IntegerMargin | None, mean: jax.Array, full: bool) -> Centering | None:
+    """The ``centering`` of a new run: zeros with a margin (``full``: an ``n x n`` outer), ``None`` without."""
+    if margin is None:
+        return None
+    n = mean.shape[0]
+    return Centering(jnp.zeros((n,), mean.dtype), jnp.zeros((n, n) if full else (n,), mean.dtype))
+
+
+def centered_sums(centering: Centering | None, sums, to_z: jax.Array):
+    """``sums`` (``linear`` and ``outer`` or ``square``) plus ``centering`` mapped into ``z``: ``to_z`` is
+    ``(B D)^-1`` (float[n, n]) or ``1 / sqrt(C)`` (float[n], a diagonal). ``sums`` itself without one."""
+    if centering is None:
+        return sums
+    if to_z.ndim == 1:
+        return sums._replace(linear=sums.linear + to_z * centering.linear,
+                             square=sums.square + to_z * to_z * centering.outer)
+    return sums._replace(linear=sums.linear + to_z @ centering.linear,
+                         outer=sums.outer + to_z @ centering.outer @ to_z.T)
+
+
+def cleared(centering: Centering | None) -> Centering | None:
+    """``centering`` once an update has added it: zeros (``None`` stays ``None``)."""
+    return None if centering is None else jax.tree.map(jnp.zeros_like, centering)
 
 
 def initial_scaling(margin: IntegerMargin | None, mean: jax.Array) -> jax.Array | None:

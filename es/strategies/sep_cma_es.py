@@ -21,8 +21,9 @@ c_c (2 - c_c)``. The rank-mu rate is the full CMA-ES one scaled by ``(n + 2)
 
 Integer variables (optional, ``es.strategies.margin``): with a ``margin`` attached, members are ``m + sigma A
 sqrt(C) z`` with ``A`` the state's ``scaling``, the mean steps by ``sigma A y_w``, and the margin then moves
-the mean and ``A`` of the integer coordinates (CMA-ES with margin). Without one (the default) ``scaling`` is
-``None`` and nothing above changes, bit for bit.
+the mean and ``A`` of the integer coordinates (CMA-ES with margin); integer centering, where the host asks for
+it, adds the state's ``centering`` to the sums first. Without one (the default) ``scaling`` and ``centering``
+are ``None`` and nothing above changes, bit for bit.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class SepCMAESState(NamedTuple):
       path_sigma: ``p_sigma``, the conjugate evolution path.
       path_cov: ``p_c``, the evolution path of ``C``.
       scaling: ``A`` of CMA-ES with margin (``es.strategies.margin``); ``None`` without a margin.
+      centering: what integer centering adds to the next update's sums (``es.strategies.margin.Centering``,
+        its ``outer`` the diagonal, float[D]); ``None`` without a margin.
     """
 
     sigma: jax.Array
@@ -59,6 +62,7 @@ class SepCMAESState(NamedTuple):
     path_sigma: PerCoordinate[jax.Array]
     path_cov: PerCoordinate[jax.Array]
     scaling: PerCoordinate[jax.Array] | None = None
+    centering: PerCoordinate[margins.Centering] | None = None
 
 
 class SepCMAESHyperparameters(NamedTuple):
@@ -138,7 +142,7 @@ class SepCMAES(Strategy):
     def initial_state(self, hp: SepCMAESHyperparameters, mean: jax.Array) -> SepCMAESState:
         zeros = jnp.zeros(mean.shape, mean.dtype)
         return SepCMAESState(jnp.asarray(hp.sigma, mean.dtype), jnp.ones(mean.shape, mean.dtype), zeros, zeros,
-                             margins.initial_scaling(self.margin, mean))
+                             margins.initial_scaling(self.margin, mean), margins.initial_centering(self.margin, mean, False))
 
     def scale(self, hp, state: SepCMAESState, generation: jax.Array) -> jax.Array:
         return margins.scaled(state.scaling, state.sigma * jnp.sqrt(state.cov))
@@ -150,9 +154,11 @@ class SepCMAES(Strategy):
 
     def update(self, hp, state: SepCMAESState, mean: jax.Array, coefficients: Coefficients, sums: Sums,
                generation: jax.Array) -> Step:
-        sigma, cov, path_sigma, path_cov, scaling = state
+        sigma, cov, path_sigma, path_cov, scaling, centering = state
         n = mean.shape[0]
         k = constants(n, self.popsize)
+        if centering is not None:  # integer centering's change of the members (es.strategies.margin)
+            sums = margins.centered_sums(centering, sums, 1 / jnp.sqrt(cov))
         y_w = jnp.sqrt(cov) * sums.linear
         step = margins.scaled(scaling, sigma * y_w)
         path_sigma = (1 - k.c_sigma) * path_sigma + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * sums.linear
@@ -168,7 +174,8 @@ class SepCMAES(Strategy):
         if self.margin is None:
             return Step(mean + step, SepCMAESState(sigma, cov, path_sigma, path_cov), y_w, step)
         new_mean, scaling = margins.correct(self.margin, mean + step, sigma * jnp.sqrt(cov), scaling, self.popsize)
-        return Step(new_mean, SepCMAESState(sigma, cov, path_sigma, path_cov, scaling), y_w, new_mean - mean)
+        state = SepCMAESState(sigma, cov, path_sigma, path_cov, scaling, margins.cleared(centering))
+        return Step(new_mean, state, y_w, new_mean - mean)
 
     def stop_conditions(self, hp, state: SepCMAESState, mean, generation, criteria) -> dict[str, jax.Array]:
         std = jnp.sqrt(state.cov)
