@@ -217,6 +217,9 @@ def test_integer_centering_updates_as_if_the_centred_members_were_sampled(kind):
         for got, want in zip(jax.tree.leaves(with_centering), jax.tree.leaves(from_members)):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
         assert not np.any(np.asarray(with_centering.state.centering.outer))  # cleared for the next generation
+        plain = getattr(es, kind)(popsize=popsize, maximize=False)
+        with raises(ValueError, "no integer margin", "margin.attached"):
+            integers.centered(found, plain, plain.init(jax.random.key(0), jnp.zeros(n)), rows, ranked)
 
 
 @pytest.mark.slow

@@ -120,6 +120,12 @@ def centered(integers: Integers, strategy, state, rows: np.ndarray, ranked: np.n
       ranked: what the strategy ranks, float64[popsize] (lower is better; NaN/inf rank last).
     """
     inner = state.strategy_state
+    if getattr(inner, "centering", None) is None:
+        raise ValueError(
+            f"integers.centered: the state of {type(strategy).__name__} has no integer margin; make it with a "
+            "margin attached: strategy = es.strategies.margin.attached(es.CMAES(...), integers.margin(ints)), "
+            "then state = strategy.init(key, x0)."
+        )
     n = rows.shape[1]
     full = isinstance(strategy, cma_es.CMAES)
     by_rank = (cma_es if full else sep_cma_es).constants(n, strategy.popsize).weights
