@@ -180,7 +180,8 @@ def test_integer_centering_updates_as_if_the_centred_members_were_sampled(kind):
         if kind == "CMAES":  # a covariance that is not the identity, and A != 1
             q = np.linalg.qr(rng.normal(size=(n, n)))[0]
             d = np.array([0.5, 1.0, 2.0, 1.5, 0.8])
-            inner = inner._replace(basis=jnp.asarray(q), scales=jnp.asarray(d), cov=jnp.asarray(q @ np.diag(d**2) @ q.T))
+            inner = inner._replace(basis=jnp.asarray(q), scales=jnp.asarray(d),
+                                   cov=jnp.asarray(q @ np.diag(d**2) @ q.T))
             to_y = q * d[None, :]
         else:
             d = np.array([0.25, 1.0, 4.0, 2.25, 0.64])

@@ -171,7 +171,8 @@ class CMAES(Strategy):
         n, dtype = mean.shape[0], mean.dtype
         eye, zeros = jnp.eye(n, dtype=dtype), jnp.zeros((n,), dtype)
         return CMAESState(jnp.asarray(hp.sigma, dtype), eye, eye, jnp.ones((n,), dtype), zeros, zeros,
-                          margins.initial_scaling(self.margin, mean), margins.initial_centering(self.margin, mean, True))
+                          margins.initial_scaling(self.margin, mean),
+                          margins.initial_centering(self.margin, mean, full=True))
 
     def scale(self, hp, state: CMAESState, generation: jax.Array) -> jax.Array:
         return margins.scaled(state.scaling, state.sigma * state.basis * state.scales[None, :])

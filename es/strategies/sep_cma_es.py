@@ -142,7 +142,8 @@ class SepCMAES(Strategy):
     def initial_state(self, hp: SepCMAESHyperparameters, mean: jax.Array) -> SepCMAESState:
         zeros = jnp.zeros(mean.shape, mean.dtype)
         return SepCMAESState(jnp.asarray(hp.sigma, mean.dtype), jnp.ones(mean.shape, mean.dtype), zeros, zeros,
-                             margins.initial_scaling(self.margin, mean), margins.initial_centering(self.margin, mean, False))
+                             margins.initial_scaling(self.margin, mean),
+                             margins.initial_centering(self.margin, mean, full=False))
 
     def scale(self, hp, state: SepCMAESState, generation: jax.Array) -> jax.Array:
         return margins.scaled(state.scaling, state.sigma * jnp.sqrt(state.cov))
