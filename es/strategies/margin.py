@@ -130,11 +130,10 @@ def initial_centering(margin: IntegerMargin | None, mean: jax.Array, full: bool)
     return Centering(jnp.zeros((n,), mean.dtype), jnp.zeros((n, n) if full else (n,), mean.dtype))
 
 
-def centered_sums(centering: Centering | None, sums, to_z: jax.Array):
+def centered_sums(centering: Centering, sums, to_z: jax.Array):
     """``sums`` (``linear`` and ``outer`` or ``square``) plus ``centering`` mapped into ``z``: ``to_z`` is
-    ``(B D)^-1`` (float[n, n]) or ``1 / sqrt(C)`` (float[n], a diagonal). ``sums`` itself without one."""
-    if centering is None:
-        return sums
+    ``(B D)^-1`` (float[n, n]) or ``1 / sqrt(C)`` (float[n], a diagonal). Called only with a margin (the
+    update skips it, and ``to_z``, without one)."""
     if to_z.ndim == 1:
         return sums._replace(linear=sums.linear + to_z * centering.linear,
                              square=sums.square + to_z * to_z * centering.outer)
