@@ -310,6 +310,15 @@ def test_the_noise_measure_rises_with_noise_and_falls_without():
     assert uncertainty.sigma_factor(loud, 10) == 1 + 2 / 20 and uncertainty.sigma_factor(quiet, 10) == 1.0
 
 
+def test_the_chance_rank_change_is_numpys_hazen_percentile_of_the_rank_distances():
+    rng = np.random.default_rng(4)
+    for popsize in range(2, 200):
+        centres = rng.integers(1, 2 * popsize, size=(2, 4))
+        expected = np.percentile(np.abs(np.arange(1, 2 * popsize) - centres[..., None]), uncertainty.THETA * 50,
+                                 axis=-1, method="hazen")
+        np.testing.assert_array_equal(uncertainty.chance_rank_change(centres, 2 * popsize), expected)
+
+
 # --------------------------------------------------------------------------- all four, on the host
 
 

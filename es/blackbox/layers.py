@@ -60,6 +60,7 @@ class Flat:
 
     def __init__(self, x0: PyTree):
         leaves, self.treedef = jax.tree.flatten(x0)
+        self.bare = jax.tree_util.treedef_is_leaf(self.treedef)  # x0 is one array: its rows need no pytree
         self.shapes = [np.shape(leaf) for leaf in leaves]
         self.ends = np.cumsum([int(np.prod(shape)) for shape in self.shapes])[:-1]
 
@@ -70,7 +71,9 @@ class Flat:
 
     def tree(self, rows: np.ndarray) -> PyTree:
         """The pytree of ``rows`` (float[n]: one point; float[k, n]: a leading member axis)."""
-        if len(self.shapes) == 1:  # one array: no split (this runs once per member evaluated)
+        if self.bare:  # x0 an array (this runs once per member evaluated)
+            return rows.reshape(rows.shape[:-1] + self.shapes[0])
+        if len(self.shapes) == 1:  # one array in a container: no split
             return jax.tree.unflatten(self.treedef, [rows.reshape(rows.shape[:-1] + self.shapes[0])])
         parts = np.split(rows, self.ends, axis=-1)
         return jax.tree.unflatten(self.treedef, [p.reshape(rows.shape[:-1] + s) for p, s in zip(parts, self.shapes)])
@@ -268,7 +271,8 @@ class Layers:
         factor = uncertainty.sigma_factor(self.noise, n) if self.options.noisy else 1.0
         if factor != 1.0:
             inner = loop.state.strategy_state
-            loop.state = loop.state._replace(strategy_state=inner._replace(sigma=inner.sigma * factor))
+            sigma = jnp.asarray(np.asarray(inner.sigma) * factor)  # on the host: an eager JAX op costs more
+            loop.state = loop.state._replace(strategy_state=inner._replace(sigma=sigma))
             loop.members = loop.first()
 
     # ------------------------------------------------------------------ the end of a run, and of the call

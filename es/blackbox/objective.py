@@ -61,6 +61,8 @@ def as_fitness(fun: Callable) -> Callable:
 def value_of(fun: Callable, x: PyTree, where: str) -> float:
     """``fun(x)`` as a float, or ``TypeError`` naming what it returned."""
     value = fun(x)
+    if isinstance(value, float):  # a Python float or np.float64 (a subclass): the common case, checked cheaply
+        return float(value)
     array = np.asarray(value) if value is not None else np.asarray(None, object)
     if array.shape != () or not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
         shape = getattr(x, "shape", None)

@@ -63,11 +63,22 @@ def measured(noise: Noise, first: np.ndarray, second: np.ndarray, index: np.ndar
     ranks[order] = np.arange(2 * popsize)
     r1, r2 = ranks[:popsize][index], ranks[popsize:][index]
     delta = r1 - r2 - np.sign(r1 - r2)
-    every = np.arange(1, 2 * popsize)
     centres = np.stack([r1 + 1 - (r1 > r2), r2 + 1 - (r2 > r1)])  # [2, k]
-    quantiles = np.percentile(np.abs(every - centres[..., None]), THETA * 50, axis=-1, method="hazen")
-    s = np.abs(delta) - np.maximum(np.mean(quantiles, axis=0), 1.0)
+    s = np.abs(delta) - np.maximum(np.mean(chance_rank_change(centres, 2 * popsize), axis=0), 1.0)
     return Noise(noise.level + CUMULATION * (float(np.mean(s)) - noise.level))
+
+
+def chance_rank_change(centres: np.ndarray, count: int) -> np.ndarray:
+    """``L`` of each rank in ``centres``: the ``THETA * 50``-th percentile (Hazen's definition, numpy's
+    ``method="hazen"``) of its distances to the ranks ``1 .. count - 1``. The same numbers as ``np.percentile``
+    (the distances are integers and the interpolation weight a quarter or three quarters), without its
+    per-call overhead, which was a fifth of a noisy generation's host time."""
+    distances = np.sort(np.abs(np.arange(1, count) - centres[..., None]), axis=-1)
+    size = count - 1
+    position = min(max(size * THETA / 2 - 0.5, 0.0), size - 1.0)  # Hazen: n q + 1/2, counted from 1
+    low = int(position)
+    below, above = distances[..., low], distances[..., min(low + 1, size - 1)]
+    return below + (above - below) * (position - low)
 
 
 def sigma_factor(noise: Noise, dim: int) -> float:
