@@ -13,6 +13,13 @@ def test_importing_es_loads_no_package_of_an_extra():
     assert out.strip() == "[]", out
 
 
+def test_importing_es_leaves_orbax_until_a_checkpoint_needs_it():
+    """orbax-checkpoint (about 0.15 s to import) is a core dependency, but only runs with checkpoints use it."""
+    code = "import sys, es; print('orbax.checkpoint' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False", out
+
+
 # The layers of docs/design.md: a module may import from its own floor and those below, never above.
 FLOORS = {
     "es.validation": 0, "es.compat": 0, "es.compilation_cache": 0,

@@ -63,8 +63,6 @@ _KEY_DTYPE_PREFIX = "key<"
 # What orbax writes into every checkpoint before renaming it into place: our two items, its step
 # metadata and its commit marker.
 _COMMITTED_CHECKPOINT_ENTRIES = ("arrays", "meta", "_CHECKPOINT_METADATA", "commit_success.txt")
-# What orbax appends to the name of a checkpoint it is still writing (renamed when complete).
-_ORBAX_TMP_SUFFIX = compat.orbax_tmp_suffix()
 
 
 class CheckpointError(ValueError):
@@ -413,7 +411,7 @@ class Checkpointer:
     def remove_partial_writes(directory: pathlib.Path) -> None:
         """Remove what orbax left of checkpoints it did not finish writing (its temporary directories)."""
         if directory.is_dir():
-            for partial in directory.glob(f"*{_ORBAX_TMP_SUFFIX}*"):
+            for partial in directory.glob(f"*{compat.orbax_tmp_suffix()}*"):  # what orbax appends while writing
                 shutil.rmtree(partial, ignore_errors=True)
 
     @staticmethod
