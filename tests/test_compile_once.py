@@ -4,6 +4,8 @@ A new program shows as a built program (``helpers.programs_built``), whether XLA
 the persistent compilation cache, so these tests hold however warm the cache is.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,4 +60,13 @@ def test_the_second_ask_tell_generation_builds_no_program(name):
     with programs_built() as built:
         state = generation(generation(state))
     assert int(state.generation) == 3
+    assert built == [], built
+
+
+def test_init_at_a_new_popsize_builds_no_program():
+    """A restart of es.minimize inits at a new popsize: its state is put on the device, never compiled for."""
+    strategy = EVERY_STRATEGY["CMAES"]
+    jax.block_until_ready(strategy.init(jax.random.key(0), PARAMS))
+    with programs_built() as built:
+        jax.block_until_ready(dataclasses.replace(strategy, popsize=2 * POPSIZE).init(jax.random.key(1), PARAMS))
     assert built == [], built

@@ -271,7 +271,7 @@ class Layers:
         factor = uncertainty.sigma_factor(self.noise, n) if self.options.noisy else 1.0
         if factor != 1.0:
             inner = loop.state.strategy_state
-            sigma = jnp.asarray(np.asarray(inner.sigma) * factor)  # on the host: an eager JAX op costs more
+            sigma = jax.device_put(np.asarray(inner.sigma) * factor)  # on the host: an eager JAX op costs more
             loop.state = loop.state._replace(strategy_state=inner._replace(sigma=sigma))
             loop.members = loop.first()
 

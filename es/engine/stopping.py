@@ -117,13 +117,14 @@ class History(NamedTuple):
 
 
 def initial_history(dim: int, popsize: int, dtype) -> History:
-    # Built in numpy: an eager jnp.zeros compiles a program per shape, and the shapes follow the popsize,
-    # which each restart of es.minimize changes.
-    recent = jnp.asarray(np.zeros((StopCriteria().recent(dim, popsize) + 1,), dtype))
-    sparse = jnp.asarray(np.zeros((MAX_SPARSE,), dtype))
-    zero = jnp.asarray(np.int32(0))
-    return History(recent, recent, sparse, sparse, zero, jnp.asarray(-np.inf, dtype), jnp.asarray(np.zeros((), dtype)),
-                   zero, jnp.asarray(np.full((popsize,), np.nan, dtype)))
+    # Built in numpy and put on the device: an eager jnp.zeros, and jnp.asarray of a numpy array too (jax 0.10's
+    # `stage`), compile a program per shape, and the shapes follow the popsize, which each restart of
+    # es.minimize changes.
+    recent = jax.device_put(np.zeros((StopCriteria().recent(dim, popsize) + 1,), dtype))
+    sparse = jax.device_put(np.zeros((MAX_SPARSE,), dtype))
+    zero = jax.device_put(np.int32(0))
+    return History(recent, recent, sparse, sparse, zero, jax.device_put(np.asarray(-np.inf, dtype)),
+                   jax.device_put(np.zeros((), dtype)), zero, jax.device_put(np.full((popsize,), np.nan, dtype)))
 
 
 def _pushed(buffer: jax.Array, new, when) -> jax.Array:

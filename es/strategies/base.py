@@ -53,6 +53,7 @@ from typing import Annotated, Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax.flatten_util import ravel_pytree
 
@@ -400,9 +401,9 @@ def initial_state(strategy: Strategy, key: jax.Array, params: PyTree, fitness) -
         params=params,
         strategy_state=strategy.initial_state(hp, flat.astype(compute_dtype(flat.dtype))),
         key=key,
-        generation=jnp.zeros((), jnp.int32),
+        generation=jax.device_put(np.int32(0)),  # host values put, not jnp-built: no program compiled for them
         best_params=params,
-        best_fitness=jnp.asarray(-jnp.inf if strategy.maximize else jnp.inf, dtype),
+        best_fitness=jax.device_put(np.asarray(-np.inf if strategy.maximize else np.inf, dtype)),
         fitness_state=None if fitness is None else fitness.initial_state(),
         stop_history=stopping.initial_history(dim, strategy.popsize, dtype),
     )
