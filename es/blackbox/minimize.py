@@ -16,8 +16,8 @@ bottom:
    ``es.HostFitness``: one dispatch to its workers), with the options' transformations around them;
 3. after each generation: the best point so far, the budget, the target, the stopping conditions.
 
-A run compiles two programs per popsize and nothing per generation count (``_Programs``; a JAX function adds
-its ``vmap``), and JAX's persistent compilation cache keeps them for later processes (``es.compilation_cache``).
+A run compiles one program per popsize (its first members and each generation's tell and next members) and
+nothing per generation count (``_Programs``; a JAX function adds its ``vmap``), and JAX's persistent compilation cache keeps them for later processes (``es.compilation_cache``).
 A restart schedule's popsizes are ``lambda_0 * 2**k`` with ``k <= MAX_RESTARTS`` (BIPOP's small runs draw from
 the same ones), so a call compiles at most 10 popsizes' programs however many runs it makes, and a second call
 with the same shapes compiles none (tests/test_minimize.py).
@@ -300,7 +300,7 @@ class _Minimization:
 
 
 class _Programs:
-    """The ask/tell programs of the runs, by popsize: a new popsize is a new program, and the
+    """The ask/tell loop's program of the runs, by popsize: a new popsize is a new program, and the
     next large run's is compiled on a background thread while the current run goes on (``prefetch``).
     Compiled programs are kept for the life of the process (``_COMPILED``), as JAX keeps its own."""
 
@@ -318,7 +318,7 @@ class _Programs:
             _COMPILED[key] = self.pool.submit(ask_tell.Loop.compile, strategy, self.x0)
 
     def get(self, strategy: Strategy):
-        """The compiled programs: a prefetch's (waiting for it), else compiled now on this thread (kept; not
+        """The compiled program: a prefetch's (waiting for it), else compiled now on this thread (kept; not
         queued on the pool behind the prefetch of the next large run)."""
         key = self.key(strategy)
         if key not in _COMPILED:
@@ -331,7 +331,7 @@ class _Programs:
         self.pool.shutdown(wait=True)
 
 
-_COMPILED: dict = {}  # (strategy program, x0 signature) -> future of Loop.compile's programs
+_COMPILED: dict = {}  # (strategy program, x0 signature) -> future of Loop.compile's program
 
 
 # --------------------------------------------------------------------------- checks, before anything runs

@@ -204,12 +204,13 @@ class Loop:
     """An ask/tell loop over one strategy and state layout, for a driver that owns its states (``es.minimize``):
     the checks of ``tell`` made once, and each generation's tell and the next ask in one compiled call.
 
-    ``first()`` gives the first generation's members; ``step(fitness)`` tells their fitnesses and gives
-    ``(best_fitness, sigma, stop)`` of that generation (one host transfer) and the next members.
-    ``compiled`` are the two programs, as ``Loop.compile`` makes them ahead of time (a driver may have made
-    them on another thread); ``None``: made here. Compiled ahead of time, the step program serves the first
-    state (from ``strategy.init``) and the states it returns alike, where a jitted call would compile twice
-    (their arrays are placed differently).
+    ``first()`` gives the members of the state as it is (the first generation's, or after the driver changed
+    the state); ``step(fitness)`` tells their fitnesses and gives ``(best_fitness, sigma, stop)`` of that
+    generation (one host transfer) and the next members. Both run the loop's one program (``compiled``, as
+    ``Loop.compile`` makes it ahead of time, maybe on another thread; ``None``: made here), ``first`` with its
+    generation switched off: one program per popsize, where a separate ask program was a second. Compiled ahead
+    of time, it serves the first state (from ``strategy.init``) and the states it returns alike, where a jitted
+    call would compile twice (their arrays are placed differently).
     """
 
     def __init__(self, strategy: Strategy, state: State, compiled=None):
@@ -217,36 +218,48 @@ class Loop:
         self.state = state
         self.hp = _prepared(strategy, layout, None, LOOP_CRITERIA)[1]
         self.compiled = compiled or Loop.compile(strategy, state.params)
+        self.unused = from_host(np.zeros(strategy.popsize), "es.tell")  # first()'s fitnesses, never read
 
     def first(self):
-        return self.compiled[0](self.hp, self.state)
+        return self.compiled(self.hp, self.state, self.unused, _NO)[2]
 
     def step(self, fitness: np.ndarray):
         given = from_host(fitness, "es.tell")
-        self.state, summary, members = _keyed(self.compiled[1](self.hp, self.state, given), self.state.key)
+        self.state, summary, members = _keyed(self.compiled(self.hp, self.state, given, _YES), self.state.key)
         best, sigma, stop = np.asarray(summary).tolist()
         return (best, sigma, int(stop)), members
 
     @staticmethod
-    def compile(strategy: Strategy, params) -> tuple:
-        """The loop's two programs for ``strategy`` and params shaped like ``params``, compiled now (shapes only:
+    def compile(strategy: Strategy, params):
+        """The loop's program for ``strategy`` and params shaped like ``params``, compiled now (shapes only:
         nothing runs). Safe on another thread, so a driver can compile the next run's while this one runs."""
         state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
         layout = Layout.of(state.params)
         program, hp, mesh, execution = _prepared(strategy, layout, None, LOOP_CRITERIA)
         dtype = jnp.result_type(float)
         given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
-        ask = _ask_compiled.lower(program, 0, strategy.popsize, False, hp, state).compile()
-        step = _tell_ask_compiled.lower(program, mesh, execution, hp, state, given).compile()
-        return ask, step
+        switch = jax.ShapeDtypeStruct((), jnp.bool_)
+        return _tell_ask_compiled.lower(program, mesh, execution, hp, state, given, switch).compile()
+
+
+_YES, _NO = np.bool_(True), np.bool_(False)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _tell_ask_compiled(program, mesh, execution, hp, state, given):
-    state, metrics, members = _tell_compiled(program, mesh, execution, False, hp, state, given)
-    summary = jnp.stack([metrics["best_fitness"], metrics["sigma"].astype(metrics["best_fitness"].dtype),
-                         metrics["stop"].astype(metrics["best_fitness"].dtype)])
-    return state, summary, members
+def _tell_ask_compiled(program, mesh, execution, hp, state, given, generation):
+    """``(state, summary, members)``: where ``generation`` (a traced bool), one generation from ``given`` (as
+    ``_tell_compiled``; ``summary`` its best fitness, sigma and stop mask), else ``state`` as it is (``summary``
+    zeros); then that state's members (as ``_ask_compiled`` builds them). The state's ``key`` is ``None``."""
+
+    def told(state):
+        new, metrics, _ = _tell_compiled(program, mesh, execution, None, hp, state, given)
+        summary = jnp.stack([metrics["best_fitness"], metrics["sigma"].astype(metrics["best_fitness"].dtype),
+                             metrics["stop"].astype(metrics["best_fitness"].dtype)])
+        return new._replace(key=state.key), summary
+
+    state, summary = jax.lax.cond(generation, told, lambda state: (state, jnp.zeros((3,), state.best_fitness.dtype)),
+                                  state)
+    return state._replace(key=None), summary, _members(program, 0, program.popsize, False, hp, state)
 
 
 def stop_reasons(strategy: Strategy, state: State, stop_criteria: stopping.StopCriteria | None = None) -> list[str]:
