@@ -3,6 +3,7 @@ result and its history, and clear errors before anything runs."""
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ from test_validation import raises
 
 import es
 from es.blackbox import Schedule
+from es.blackbox.minimize import float64
+from es.engine import ask_tell
 
 
 def shifted_sphere(x):
@@ -164,3 +167,15 @@ def test_another_strategy_can_be_named_and_restarted():
                          restarts="ipop", target=79.48 + 1e-6)
     assert result.success and result.restarts[0].popsize == 12
     assert math.isclose(result.fun, shifted_sphere(result.x))
+
+
+def test_the_loop_tracks_the_best_value_and_leaves_the_best_point_to_its_driver():
+    """es.minimize keeps its best point on the host: its loop's program leaves out the best member's rebuild."""
+    strategy = es.CMAES(popsize=7, sigma=2.0, maximize=False)  # the README example's first run
+    with float64():
+        loop = ask_tell.Loop(strategy, strategy.init(jax.random.key(0), jnp.full(3, 3.0)))
+        members = np.asarray(loop.first())
+        values = np.sum(members**2, axis=1)
+        loop.step(values)
+    np.testing.assert_array_equal(loop.state.best_params, np.full(3, 3.0))
+    assert float(loop.state.best_fitness) == values.min()

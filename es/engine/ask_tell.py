@@ -29,6 +29,7 @@ gives the key ``es.evolve`` would pass a member's fitness.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from typing import Any, Callable
@@ -210,7 +211,8 @@ class Loop:
     ``Loop.compile`` makes it ahead of time, maybe on another thread; ``None``: made here), ``first`` with its
     generation switched off: one program per popsize, where a separate ask program was a second. Compiled ahead
     of time, it serves the first state (from ``strategy.init``) and the states it returns alike, where a jitted
-    call would compile twice (their arrays are placed differently).
+    call would compile twice (their arrays are placed differently). The states' ``best_params`` stay as they
+    were: the driver keeps its best point itself (``Execution.track_best``).
     """
 
     def __init__(self, strategy: Strategy, state: State, compiled=None):
@@ -236,6 +238,7 @@ class Loop:
         state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
         layout = Layout.of(state.params)
         program, hp, mesh, execution = _prepared(strategy, layout, None, LOOP_CRITERIA)
+        execution = dataclasses.replace(execution, track_best=False)  # the driver keeps its best point itself
         dtype = jnp.result_type(float)
         given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
         switch = jax.ShapeDtypeStruct((), jnp.bool_)

@@ -42,6 +42,9 @@ class Execution:
         or ``None``: no condition is computed (``"stop"`` is 0) and the fitness history they read
         (``State.stop_history``) is left as it was, which keeps both out of the program (about a third of an
         ``es.evolve`` program's compile time).
+      track_best: whether ``State.best_params`` follows the best member (rebuilt from its key when a generation
+        beats it). ``False`` for a driver that keeps its best point itself (``es.minimize``): the rebuild, an
+        eighth of its program, is left out and ``best_params`` stays as it was; ``best_fitness`` is kept either way.
     """
 
     exchange: str
@@ -49,6 +52,7 @@ class Execution:
     update_batch_size: int
     shard_update: bool = False
     criteria: StopCriteria | None = None
+    track_best: bool = True
 
     def identity(self, num_devices: int) -> dict:
         """What of the execution determines a run's results (JSON): a resume must not change it.

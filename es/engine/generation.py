@@ -82,6 +82,8 @@ def generation_step(strategy: Strategy, fitness: Any, mesh: Mesh, execution, noi
     with jax.named_scope("es_optimizer"):
         updated = update.apply(strategy, hp, part, mesh.axis_names, members, state, coefficients, sums_,
                                fitnesses.value, valid, ranked)
+        if not execution.track_best:  # the best member's rebuild is then unused, and XLA leaves it out
+            updated = updated._replace(best_params=state.best_params)
 
     # 6. The next state, the metrics and the stopping conditions.
     return record(strategy, hp, fitness, members, state, fitnesses, ranked, valid, stats, updated, criteria)
