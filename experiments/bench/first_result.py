@@ -35,11 +35,9 @@ import tempfile
 import time
 
 from experiments.bench.common import markdown_table, write_results
+from experiments.bench.compile_time import EVOSAX, STRATEGIES
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
-STRATEGIES = ("CMAES", "SepCMAES", "SNES", "OpenES", "PGPE", "ARS")
-EVOSAX = {"OpenES": "Open_ES", "SNES": "SNES", "PGPE": "PGPE", "ARS": "ARS", "SepCMAES": "Sep_CMA_ES",
-          "CMAES": "CMA_ES"}
 
 README_ES = """
 import numpy as np, es, time
@@ -84,30 +82,11 @@ jax.block_until_ready(es.evolve(strategy, lambda x, key: -jnp.sum(x * x), state,
 print(RESULT, {"call_s": time.perf_counter() - t})
 """
 EVOLVE_EVOSAX = """
-import time, jax, jax.numpy as jnp, optax
-from evosax import algorithms
-params = jnp.ones(10)
-cls = getattr(algorithms, EVOSAX_NAME)
-if NAME in ("OpenES", "ARS"):
-    algorithm = cls(population_size=16, solution=params, std_schedule=optax.constant_schedule(0.3))
-    hyperparams = algorithm.default_params
-else:
-    algorithm = cls(population_size=16, solution=params)
-    hyperparams = algorithm.default_params.replace(std_init=0.3)
-state = jax.block_until_ready(algorithm.init(jax.random.key(1), params, hyperparams))
-evaluate = jax.vmap(lambda x: jnp.sum(x * x))
-
-@jax.jit
-def run(state, key):
-    def generation(state, key):
-        ask_key, tell_key = jax.random.split(key)
-        population, state = algorithm.ask(ask_key, state, hyperparams)
-        state, _ = algorithm.tell(tell_key, population, evaluate(population), state, hyperparams)
-        return state, None
-    return jax.lax.scan(generation, state, jax.random.split(key, 20))[0]
-
+import time, jax
+from experiments.bench.compile_time import evosax_scan
+run, args = evosax_scan(NAME)
 t = time.perf_counter()
-jax.block_until_ready(run(state, jax.random.key(0)))
+jax.block_until_ready(run(*args))
 print(RESULT, {"call_s": time.perf_counter() - t})
 """
 AGAIN = """
@@ -180,8 +159,7 @@ def evolve_case(names: list[str], rounds: int) -> list[dict]:
         for round_ in range(rounds):
             with tempfile.TemporaryDirectory() as cache:
                 jobs = [("es", EVOLVE_ES.replace("NAME", repr(name)), es_env(cache)),
-                        ("evosax", EVOLVE_EVOSAX.replace("EVOSAX_NAME", repr(EVOSAX[name])).replace(
-                            "NAME", repr(name)), {})]
+                        ("evosax", EVOLVE_EVOSAX.replace("NAME", repr(name)), {})]
                 for who, code, env in (jobs if round_ % 2 == 0 else jobs[::-1]):
                     label = f"es.evolve {name} (cold cache)" if who == "es" else f"evosax {EVOSAX[name]}"
                     runs[label].append(child(code, env))
