@@ -17,7 +17,8 @@ bottom:
 3. after each generation: the best point so far, the budget, the target, the stopping conditions.
 
 A run compiles one program per popsize (its first members and each generation's tell and next members) and
-nothing per generation count (``_Programs``; a JAX function adds its ``vmap``), and JAX's persistent compilation cache keeps them for later processes (``es.compilation_cache``).
+nothing per generation count (``_Programs``; a JAX function adds its ``vmap``), and JAX's persistent
+compilation cache keeps them for later processes (``es.compilation_cache``).
 A restart schedule's popsizes are ``lambda_0 * 2**k`` with ``k <= MAX_RESTARTS`` (BIPOP's small runs draw from
 the same ones), so a call compiles at most 10 popsizes' programs however many runs it makes, and a second call
 with the same shapes compiles none (tests/test_minimize.py).
