@@ -33,7 +33,6 @@ import math
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from es.strategies import cma_es, sep_cma_es
@@ -142,8 +141,9 @@ def centered(integers: Integers, strategy, state, rows: np.ndarray, ranked: np.n
         outer = cross + cross.T + (w * u).T @ u
     else:
         outer = np.sum(w * (2 * y * u + u * u), axis=0)
-    dtype = inner.sigma.dtype
-    centering = Centering(jnp.asarray(np.sum(w * u, axis=0), dtype), jnp.asarray(outer, dtype))
+    dtype = inner.sigma.dtype  # host values put on the device (jnp.asarray would compile a program per shape)
+    centering = Centering(jax.device_put(np.asarray(np.sum(w * u, axis=0), dtype)),
+                          jax.device_put(np.asarray(outer, dtype)))
     return state._replace(strategy_state=inner._replace(centering=centering))
 
 
