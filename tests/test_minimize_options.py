@@ -214,7 +214,7 @@ def test_integer_centering_updates_as_if_the_centred_members_were_sampled(kind):
         generation, update = jnp.asarray(4), jax.jit(strategy.update)  # one program for both
         with_centering = update(hp, given, state.params, coefficients, sums(z), generation)
         from_members = update(hp, inner._replace(centering=margin.cleared(given.centering)), state.params,
-                                       coefficients, sums(centred_z), generation)
+                              coefficients, sums(centred_z), generation)
         for got, want in zip(jax.tree.leaves(with_centering), jax.tree.leaves(from_members)):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
         assert not np.any(np.asarray(with_centering.state.centering.outer))  # cleared for the next generation
