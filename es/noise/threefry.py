@@ -3,9 +3,12 @@
 ``standard_normal(key, dim)`` returns ``jax.random.normal(key, (dim,), jnp.float32)`` bit for bit, for
 threefry keys (JAX's default). JAX lowers its threefry primitive on CPU as a rolled loop of five steps
 that XLA cannot fuse, so every step streams the whole ``[batch, dim]`` state through memory; unrolled
-here in ``jax.numpy``, the hash, the uniform -> ``sqrt(2) erfinv`` transform and whatever consumes the
+here in ``jax.lax``, the hash, the uniform -> ``sqrt(2) erfinv`` transform and whatever consumes the
 noise (a perturbation, a sum) fuse into one loop. Element ``i`` hashes counter ``i``, so coordinates
 ``[start, start + size)`` of a draw cost ``size`` hashes. docs/benchmarks.md has the measured speeds.
+
+Written with ``lax`` functions, not array operators: each operator goes through a ``jax.numpy`` wrapper that
+costs time (about a fifth of the tracing and lowering of an ``es.evolve`` program) and makes the same program.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ _THREEFRY_PARITY = np.uint32(0x1BD11BDA)
 
 
 def _rotate_left(x: jax.Array, bits: int) -> jax.Array:
-    return (x << np.uint32(bits)) | (x >> np.uint32(32 - bits))
+    return lax.bitwise_or(lax.shift_left(x, np.uint32(bits)), lax.shift_right_logical(x, np.uint32(32 - bits)))
 
 
 def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -32,16 +35,18 @@ def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array) -> 
     whole ``[batch, dim]`` state through memory. Unrolled, XLA fuses the hash,
     the float conversion and whatever consumes the noise into one loop.
     """
-    ks = (k0, k1, k0 ^ k1 ^ _THREEFRY_PARITY)
-    x0 = x0 + ks[0]
-    x1 = x1 + ks[1]
+    k0, k1, x0, x1 = (jnp.asarray(v, jnp.uint32) for v in (k0, k1, x0, x1))
+    add, xor = lax.add, lax.bitwise_xor
+    ks = (k0, k1, xor(xor(k0, k1), _THREEFRY_PARITY))
+    x0 = add(x0, ks[0])
+    x1 = add(x1, ks[1])
     for step in range(5):
         for rotation in _THREEFRY_ROTATIONS[step % 2]:
-            x0 = x0 + x1
+            x0 = add(x0, x1)
             x1 = _rotate_left(x1, rotation)
-            x1 = x1 ^ x0
-        x0 = x0 + ks[(step + 1) % 3]
-        x1 = x1 + ks[(step + 2) % 3] + np.uint32(step + 1)
+            x1 = xor(x1, x0)
+        x0 = add(x0, ks[(step + 1) % 3])
+        x1 = add(add(x1, ks[(step + 2) % 3]), np.uint32(step + 1))
     return x0, x1
 
 
@@ -52,11 +57,11 @@ def _bits_to_normal(bits: jax.Array) -> jax.Array:
     ``sqrt(2) * erfinv(u)`` (the inverse normal CDF, not an approximation of
     the distribution).
     """
-    mantissa = (bits >> np.uint32(9)) | np.uint32(0x3F800000)  # float bits of [1, 2)
-    unit = lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)
+    mantissa = lax.bitwise_or(lax.shift_right_logical(bits, np.uint32(9)), np.uint32(0x3F800000))  # [1, 2)
+    unit = lax.sub(lax.bitcast_convert_type(mantissa, jnp.float32), np.float32(1.0))
     low = np.nextafter(np.float32(-1.0), np.float32(0.0))
-    uniform = jnp.maximum(low, unit * (np.float32(1.0) - low) + low)
-    return np.float32(np.sqrt(2)) * lax.erf_inv(uniform)
+    uniform = lax.max(low, lax.add(lax.mul(unit, np.float32(1.0) - low), low))
+    return lax.mul(np.float32(np.sqrt(2)), lax.erf_inv(uniform))
 
 
 def _is_threefry(key: jax.Array) -> bool:
@@ -65,7 +70,7 @@ def _is_threefry(key: jax.Array) -> bool:
 
 def _threefry_normal_from(data: jax.Array, counters: jax.Array) -> jax.Array:
     hi, lo = threefry2x32(data[0], data[1], jnp.zeros_like(counters), counters)
-    return _bits_to_normal(hi ^ lo)
+    return _bits_to_normal(lax.bitwise_xor(hi, lo))
 
 
 # Values per loop step of ``standard_normal_in_rows``: a cache-sized row.
