@@ -63,6 +63,17 @@ def test_the_second_ask_tell_generation_builds_no_program(name):
     assert built == [], built
 
 
+@pytest.mark.parametrize("name", ["SNES", "ARS", "SepCMAES", "CMAES"])
+def test_init_at_a_new_number_of_params_builds_no_program(name):
+    """The first state of a strategy without an optax optimizer is put on the device: an eager jnp.zeros,
+    jnp.eye or jnp.full would compile a program for each new shape (OpenES and PGPE: optax's init does)."""
+    key = jax.random.key(0)
+    params = jax.device_put(np.ones(11 + sorted(EVERY_STRATEGY).index(name), np.float32))  # a size for each
+    with programs_built() as built:
+        jax.block_until_ready(EVERY_STRATEGY[name].init(key, params))
+    assert built == [], built
+
+
 def test_init_at_a_new_popsize_builds_no_program():
     """A restart of es.minimize inits at a new popsize: its state is put on the device, never compiled for."""
     strategy = EVERY_STRATEGY["CMAES"]

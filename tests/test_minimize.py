@@ -37,13 +37,16 @@ def test_a_python_callable_is_minimised_to_the_target_in_float64_within_the_budg
 
 
 @pytest.mark.slow
-def test_a_python_callables_run_compiles_its_generation_program_once():
+def test_a_python_callables_run_compiles_its_generation_program_once_and_nothing_else():
     # The first state (from strategy.init) and the states the program returns are placed differently; a jitted
-    # call would compile the program a second time for the latter.
+    # call would compile the program a second time for the latter. The first state, its hyperparameters and the
+    # run's key are put on the device or made by one small program (jit(run_key)), never by eager jnp calls,
+    # each of which compiled a program of its own (a dozen in a fresh process).
     with programs_built() as built:
         result = es.minimize(shifted_sphere, np.zeros(7), 0.5, max_evals=300)  # a popsize (9) no other test uses
     assert result.nit >= 3
     assert sum("tell" in name for name in built) == 1, built
+    assert set(built) <= {"jit(_tell_ask_compiled)", "jit(run_key)"}, built
 
 
 @pytest.mark.slow

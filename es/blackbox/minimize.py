@@ -178,6 +178,13 @@ def minimize(
         return run.run_all(schedule)
 
 
+@jax.jit
+def run_key(seed, index: int) -> jax.Array:
+    """The key of run ``index`` of a call with ``seed``: ``fold_in(key(seed), index)``, one small program where
+    the eager calls compiled one each (the seed's conversion, the seeding and the fold)."""
+    return jax.random.fold_in(jax.random.key(seed), index)
+
+
 @contextlib.contextmanager
 def float64():
     """``jax_enable_x64`` on for the duration of the call, and back as it was.
@@ -236,7 +243,7 @@ class _Minimization:
 
     def one_run(self, strategy: Strategy, settings: RunSettings, index: int) -> str:
         """Run ``strategy`` from ``x0`` until a stopping condition, the budget, the target or its generations."""
-        state = strategy.init(jax.random.fold_in(jax.random.key(self.seed), index), self.layers.genotype(self.x0))
+        state = strategy.init(run_key(self.seed, index), self.layers.genotype(self.x0))
         limit = settings.max_generations or math.inf
         generations = 0
         self.layers.start_run()

@@ -385,7 +385,8 @@ def _prepared(strategy: Strategy, layout: Layout, update_batch_size, stop_criter
         pass
     execution = resolve_execution(strategy, layout, "fitness", None, update_batch_size, fitness=GivenFitness,
                                   stop_criteria=stop_criteria)
-    hp = jax.tree.map(lambda v: jnp.asarray(v, jnp.result_type(float)), strategy.hyperparameters(layout.dim))
+    hp = jax.tree.map(lambda v: jax.device_put(np.asarray(v, jnp.result_type(float))),  # put: no program compiled
+                      strategy.hyperparameters(layout.dim))
     prepared = (strategy.program(), hp, resolve_mesh(None), execution)
     try:
         _remember(_PREPARED, key, prepared)

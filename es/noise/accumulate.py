@@ -21,8 +21,10 @@ sums with ``exchange="sharded"`` (so that a slice always takes the member-ordere
 
 UNROLL = 8
 """Steps of ``accumulate``'s loop fused into one pass: the accumulator is read and written once per 8
-noise vectors instead of once per vector. The additions stay in member order, so any value gives the same
-bits; larger values trade compile time for speed (docs/benchmarks.md, ``experiments/bench/unroll.py``).
+noise vectors instead of once per vector. The additions stay in member order, but XLA may round the fused
+steps differently for another value (inside a whole generation, not in a program of the sums alone), so a
+recorded result depends on it; larger values trade compile time for speed (docs/benchmarks.md,
+``experiments/bench/unroll.py``).
 Read when a program is traced, from this module: set ``importlib.import_module("es.noise.accumulate").UNROLL``
 (``es.noise.UNROLL`` is a copy, and ``es.noise.accumulate`` is the function ``accumulate``)."""
 

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from es.noise import GaussianNoise, NoiseSource
 from es.strategies import margin as margins
 from es.strategies import shaping
-from es.strategies.base import Coefficients, Step, Strategy, Sums
+from es.strategies.base import Coefficients, Step, Strategy, Sums, filled
 from es.strategies import recombination
 from es.strategies.recombination import expected_norm, tutorial_weights
 
@@ -169,8 +169,8 @@ class CMAES(Strategy):
 
     def initial_state(self, hp: CMAESHyperparameters, mean: jax.Array) -> CMAESState:
         n, dtype = mean.shape[0], mean.dtype
-        eye, zeros = jnp.eye(n, dtype=dtype), jnp.zeros((n,), dtype)
-        return CMAESState(jnp.asarray(hp.sigma, dtype), eye, eye, jnp.ones((n,), dtype), zeros, zeros,
+        eye, zeros = filled((n, n), 1, dtype, eye=True), filled((n,), 0, dtype)
+        return CMAESState(filled((), hp.sigma, dtype), eye, eye, filled((n,), 1, dtype), zeros, zeros,
                           margins.initial_scaling(self.margin, mean),
                           margins.initial_centering(self.margin, mean, full=True))
 

@@ -41,6 +41,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
+from es.strategies.base import filled
+
 
 class IntegerMargin(NamedTuple):
     """Static configuration of the margin: which flat coordinates are integers, their integer bounds.
@@ -127,7 +129,7 @@ def initial_centering(margin: IntegerMargin | None, mean: jax.Array, full: bool)
     if margin is None:
         return None
     n = mean.shape[0]
-    return Centering(jnp.zeros((n,), mean.dtype), jnp.zeros((n, n) if full else (n,), mean.dtype))
+    return Centering(filled((n,), 0, mean.dtype), filled((n, n) if full else (n,), 0, mean.dtype))
 
 
 def centered_sums(centering: Centering, sums, to_z: jax.Array):
@@ -148,7 +150,7 @@ def cleared(centering: Centering | None) -> Centering | None:
 
 def initial_scaling(margin: IntegerMargin | None, mean: jax.Array) -> jax.Array | None:
     """``A`` of a new run: ones with a margin, ``None`` (no state) without."""
-    return None if margin is None else jnp.ones(mean.shape, mean.dtype)
+    return None if margin is None else filled(mean.shape, 1, mean.dtype)
 
 
 def scaled(scaling: jax.Array | None, value: jax.Array) -> jax.Array:

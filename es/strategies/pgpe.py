@@ -25,7 +25,7 @@ import optax
 from es import validation
 from es.noise import GaussianNoise, NoiseSource
 from es.strategies import optimizers, shaping
-from es.strategies.base import Coefficients, PerCoordinate, Private, Step, Strategy, Sums, optimizer_field
+from es.strategies.base import Coefficients, PerCoordinate, Private, Step, Strategy, Sums, filled, optimizer_field
 
 
 class PGPEState(NamedTuple):
@@ -112,7 +112,7 @@ class PGPE(Strategy):
     # ---------------------------------------------------------------- the maths
 
     def initial_state(self, hp: PGPEHyperparameters, mean: jax.Array) -> PGPEState:
-        return PGPEState(sigma=jnp.full(mean.shape, hp.sigma, mean.dtype), opt_state=self.optimizer.init(mean))
+        return PGPEState(sigma=filled(mean.shape, hp.sigma, mean.dtype), opt_state=self.optimizer.init(mean))
 
     def scale(self, hp: PGPEHyperparameters, state: PGPEState, generation: jax.Array) -> jax.Array:
         if not self.adapts_sigma:  # sigma never changes: one scale for every coordinate

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from es.noise import GaussianNoise, NoiseSource
 from es.strategies import margin as margins
 from es.strategies import shaping
-from es.strategies.base import Coefficients, PerCoordinate, Step, Strategy, Sums
+from es.strategies.base import Coefficients, PerCoordinate, Step, Strategy, Sums, filled
 from es.strategies import recombination
 from es.strategies.recombination import expected_norm, positive_weights
 
@@ -140,8 +140,8 @@ class SepCMAES(Strategy):
     # ---------------------------------------------------------------- the maths
 
     def initial_state(self, hp: SepCMAESHyperparameters, mean: jax.Array) -> SepCMAESState:
-        zeros = jnp.zeros(mean.shape, mean.dtype)
-        return SepCMAESState(jnp.asarray(hp.sigma, mean.dtype), jnp.ones(mean.shape, mean.dtype), zeros, zeros,
+        zeros = filled(mean.shape, 0, mean.dtype)
+        return SepCMAESState(filled((), hp.sigma, mean.dtype), filled(mean.shape, 1, mean.dtype), zeros, zeros,
                              margins.initial_scaling(self.margin, mean),
                              margins.initial_centering(self.margin, mean, full=False))
 

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from es import validation
 from es.noise import GaussianNoise, NoiseSource
 from es.strategies import shaping
-from es.strategies.base import Coefficients, PerCoordinate, Step, Strategy, Sums, added_later
+from es.strategies.base import Coefficients, PerCoordinate, Step, Strategy, Sums, added_later, filled
 
 
 class SNESState(NamedTuple):
@@ -118,7 +118,7 @@ class SNES(Strategy):
     # ---------------------------------------------------------------- the maths
 
     def initial_state(self, hp: SNESHyperparameters, mean: jax.Array) -> SNESState:
-        return SNESState(sigma=jnp.full(mean.shape, hp.sigma, mean.dtype))
+        return SNESState(sigma=filled(mean.shape, hp.sigma, mean.dtype))
 
     def scale(self, hp: SNESHyperparameters, state: SNESState, generation: jax.Array) -> jax.Array:
         return state.sigma
