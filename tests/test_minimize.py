@@ -1,6 +1,7 @@
 """es.minimize: every kind of objective, the budget never exceeded, the target, restarts (IPOP, BIPOP), the
 result and its history, and clear errors before anything runs."""
 
+import contextlib
 import math
 
 import jax
@@ -13,7 +14,9 @@ from test_validation import raises
 import es
 from es.blackbox import Schedule
 from es.blackbox.minimize import float64
-from es.engine import ask_tell
+from es.engine import ask_tell, fitness_history, stopping
+from es.engine.generation import rank
+from es.fitness import Fitnesses, from_host
 
 
 def shifted_sphere(x):
@@ -182,3 +185,47 @@ def test_the_loop_tracks_the_best_value_and_leaves_the_best_point_to_its_driver(
         loop.step(values)
     np.testing.assert_array_equal(loop.state.best_params, np.full(3, 3.0))
     assert float(loop.state.best_fitness) == values.min()
+
+
+def fitness_sequence(generations=700, popsize=6, seed=0):
+    """Fitnesses that start flat, improve, stall in a flat band (tolfun, tolfunhist), lose members (NaN) and
+    then only wander (stagnation, after the 500 generations its sparse history needs)."""
+    rng = np.random.default_rng(seed)
+    for g in range(generations):
+        values = (1.0 - g / 200 if g < 200 else 0.0) + 1e-3 * rng.normal(size=popsize)
+        if g < 12 or 80 <= g < 110:  # flat from the start: the conditions' first generations count
+            values = np.full(popsize, 2.0 if g < 12 else 0.5)
+        if g % 37 == 0:
+            values[rng.integers(popsize)] = np.nan
+        if g == 300:
+            values[:] = np.nan
+        yield values
+
+
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
+def test_the_loops_host_history_finds_the_conditions_the_program_would(x64):
+    """es.minimize's loop keeps the fitness history on the host (``es.engine.fitness_history``): generation by
+    generation it finds ``tolfun``, ``tolfunhist`` and ``stagnation`` exactly when the program's history would."""
+    dim, popsize, criteria = 2, 6, es.StopCriteria(tolstagnation=30)
+    with float64() if x64 else contextlib.nullcontext():
+        dtype = np.dtype(jnp.result_type(float))
+
+        @jax.jit
+        def program(history, value, residual):
+            fitnesses = Fitnesses(value, residual)
+            ranked, valid = rank(fitnesses, False)
+            history = stopping.record(history, False, value, residual, ranked, valid)
+            return history, stopping.history_conditions(history, dim, popsize, criteria)
+
+        history = stopping.initial_history(dim, popsize, dtype)
+        host = fitness_history.HostHistory(dim, popsize, dtype, False, criteria)
+        met = {name: 0 for name in fitness_history.HISTORY_CRITERIA}
+        for values in fitness_sequence(popsize=popsize):
+            given = from_host(values * 1e3, "test", dtype)  # float32: residuals where float64 values rounded
+            history, found = program(history, given.value, given.residual)
+            host.record(given.value, given.residual)
+            assert host.conditions() == {name: bool(v) for name, v in found.items()}
+            for name, value in host.conditions().items():
+                met[name] += value
+    assert all(met.values()), met  # each condition met at some generation, and missed at others
+    assert all(count < 700 for count in met.values()), met

@@ -40,6 +40,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from es.engine import stopping
+from es.engine.fitness_history import HostHistory
 from es.engine.evolution import run_generations
 from es.engine.execution import check_noise, check_state, resolve_execution
 from es.engine.generation import evaluates_pairs, this_generation
@@ -212,7 +213,9 @@ class Loop:
     generation switched off: one program per popsize, where a separate ask program was a second. Compiled ahead
     of time, it serves the first state (from ``strategy.init``) and the states it returns alike, where a jitted
     call would compile twice (their arrays are placed differently). The states' ``best_params`` stay as they
-    were: the driver keeps its best point itself (``Execution.track_best``).
+    were: the driver keeps its best point itself (``Execution.track_best``). The fitness history that
+    ``tolfun``, ``tolfunhist`` and ``stagnation`` read is kept here, on the host (``HostHistory``), where the
+    fitnesses are: the program finds only the conditions on the state (``stopping.OnTheState``).
     """
 
     def __init__(self, strategy: Strategy, state: State, compiled=None):
@@ -221,6 +224,8 @@ class Loop:
         self.hp = _prepared(strategy, layout, None, LOOP_CRITERIA)[1]
         self.compiled = compiled or Loop.compile(strategy, state.params)
         self.unused = from_host(np.zeros(strategy.popsize), "es.tell")  # first()'s fitnesses, never read
+        self.history = HostHistory(layout.dim, strategy.popsize, self.unused.value.dtype, strategy.maximize,
+                                   LOOP_CRITERIA)
 
     def first(self):
         return self.compiled(self.hp, self.state, self.unused, _NO)[2]
@@ -229,7 +234,8 @@ class Loop:
         given = from_host(fitness, "es.tell")
         self.state, summary, members = _keyed(self.compiled(self.hp, self.state, given, _YES), self.state.key)
         best, sigma, stop = np.asarray(summary).tolist()
-        return (best, sigma, int(stop)), members
+        self.history.record(given.value, given.residual)
+        return (best, sigma, int(stop) | self.history.bitmask()), members
 
     @staticmethod
     def compile(strategy: Strategy, params):
@@ -238,7 +244,8 @@ class Loop:
         state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
         layout = Layout.of(state.params)
         program, hp, mesh, execution = _prepared(strategy, layout, None, LOOP_CRITERIA)
-        execution = dataclasses.replace(execution, track_best=False)  # the driver keeps its best point itself
+        # The driver keeps its best point itself, and the fitness history (Loop.history).
+        execution = dataclasses.replace(execution, track_best=False, criteria=stopping.OnTheState(LOOP_CRITERIA))
         dtype = jnp.result_type(float)
         given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
         switch = jax.ShapeDtypeStruct((), jnp.bool_)

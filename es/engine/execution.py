@@ -10,7 +10,7 @@ from jax.sharding import Mesh
 from es import validation
 from es.engine.batching import default_update_batch_size
 from es.engine.partition import BLOCK, Partition, slice_size
-from es.engine.stopping import StopCriteria
+from es.engine.stopping import OnTheState, StopCriteria
 from es.fitness import Fitness, JaxFitness
 from es.noise import Layout
 from es.parallel.mesh import resolve_mesh
@@ -41,7 +41,8 @@ class Execution:
       criteria: the thresholds of the stopping conditions reported each generation (the metric ``"stop"``),
         or ``None``: no condition is computed (``"stop"`` is 0) and the fitness history they read
         (``State.stop_history``) is left as it was, which keeps both out of the program (about a third of an
-        ``es.evolve`` program's compile time).
+        ``es.evolve`` program's compile time); or ``stopping.OnTheState(criteria)``: only the conditions on the
+        state, the history kept by the caller (es.minimize's loop, on the host).
       track_best: whether ``State.best_params`` follows the best member (rebuilt from its key when a generation
         beats it). ``False`` for a driver that keeps its best point itself (``es.minimize``): the rebuild, an
         eighth of its program, is left out and ``best_params`` stays as it was; ``best_fitness`` is kept either way.
@@ -51,7 +52,7 @@ class Execution:
     eval_batch_size: int
     update_batch_size: int
     shard_update: bool = False
-    criteria: StopCriteria | None = None
+    criteria: StopCriteria | OnTheState | None = None
     track_best: bool = True
 
     def identity(self, num_devices: int) -> dict:

@@ -53,7 +53,8 @@ def generation_step(strategy: Strategy, fitness: Any, mesh: Mesh, execution, noi
 
     ``fitness`` is an adapter (``es.fitness.Fitness``, or the given values of
     ``es.tell``/``es.evolve_many``), ``hp`` the traced hyperparameters,
-    ``criteria`` the ``es.StopCriteria`` (``None``: no condition computed, no history recorded). The phases run under
+    ``criteria`` the ``es.StopCriteria`` (``None``: no condition computed, no history recorded;
+    ``stopping.OnTheState``: only the conditions on the state, no history recorded). The phases run under
     ``jax.named_scope``s (``es_evaluate``, ``es_noise``, ``es_fitness``,
     ``es_exchange``, ``es_update``, ``es_optimizer``) that profiles show.
     """
@@ -153,8 +154,9 @@ def rank(fitnesses: Fitnesses, maximize: bool) -> tuple[jax.Array, jax.Array]:
 def record(strategy, hp, fitness, members, state, fitnesses, ranked, valid, stats, updated, criteria):
     """The next ``State`` and this generation's metrics (``METRIC_NAMES``)."""
     fitness_state = fitness.update_state(state.fitness_state, stats) if fitness.stateful else state.fitness_state
-    history = state.stop_history if criteria is None else stopping.record(  # recorded where conditions are read
-        state.stop_history, strategy.maximize, fitnesses.value, fitnesses.residual, ranked, valid)
+    history = state.stop_history  # recorded where conditions are read, and not kept elsewhere (stopping.OnTheState)
+    if isinstance(criteria, stopping.StopCriteria):
+        history = stopping.record(history, strategy.maximize, fitnesses.value, fitnesses.residual, ranked, valid)
     new_state = State(updated.params, updated.strategy_state, state.key, state.generation + 1, updated.best_params,
                       updated.best_fitness, fitness_state, history)
     found = {} if criteria is None else stopping.state_conditions(strategy, hp, new_state, criteria)

@@ -85,6 +85,14 @@ DESCRIPTIONS = {
 }
 
 
+class OnTheState(NamedTuple):
+    """Only the conditions that read the state, with ``criteria``'s thresholds: the program records no fitness
+    history and leaves ``tolfun``, ``tolfunhist`` and ``stagnation`` to its caller, which keeps the history on
+    the host (es.minimize's loop: ``es.engine.fitness_history``)."""
+
+    criteria: StopCriteria
+
+
 class History(NamedTuple):
     """The fitnesses the stopping conditions read, newest first, higher is better (negated when minimising).
 
@@ -224,8 +232,9 @@ def coordinate_scale(scale: jax.Array) -> jax.Array:
     return scale
 
 
-def state_conditions(strategy, hp, state, criteria: StopCriteria) -> dict[str, jax.Array]:
-    """Every condition met (name -> bool scalar) by an ``es.State``: the shared ones and the strategy's.
+def state_conditions(strategy, hp, state, criteria: StopCriteria | OnTheState) -> dict[str, jax.Array]:
+    """Every condition met (name -> bool scalar) by an ``es.State``: the shared ones and the strategy's
+    (``OnTheState``: those that read the state alone).
 
     ``strategy`` is the strategy (or its ``program()``), ``hp`` its
     hyperparameters. Read after a generation: the history holds it, and the
@@ -234,37 +243,40 @@ def state_conditions(strategy, hp, state, criteria: StopCriteria) -> dict[str, j
     flat = ravel_pytree(state.params)[0]
     mean = flat.astype(jnp.promote_types(flat.dtype, jnp.float32))
     scale = strategy.scale(hp, state.strategy_state, state.generation)
-    history = state.stop_history
-    last = history.last
-    valid = jnp.isfinite(last)
-    largest, smallest = extremes(last, valid)
-    spread_ = largest - smallest
-    return conditions(strategy, hp, state.strategy_state, mean, scale, history, state.generation, spread_, criteria)
+    history = None if isinstance(criteria, OnTheState) else state.stop_history
+    return conditions(strategy, hp, state.strategy_state, mean, scale, history, state.generation, criteria)
 
 
-def conditions(strategy, hp, strategy_state, mean, scale, history: History, generation, spread,
-               criteria: StopCriteria) -> dict[str, jax.Array]:
-    """Every condition met (name -> bool scalar): the shared ones and the strategy's.
+def conditions(strategy, hp, strategy_state, mean, scale, history: History | None, generation,
+               criteria: StopCriteria | OnTheState) -> dict[str, jax.Array]:
+    """Every condition met (name -> bool scalar): the shared ones and the strategy's; those on the fitness
+    ``history`` only where it is given (``None`` with ``OnTheState``).
 
-    ``mean`` is the flat mean, ``scale`` the strategy's scale, ``spread`` the
-    span of the last generation's valid fitnesses (full precision).
+    ``mean`` is the flat mean, ``scale`` the strategy's scale.
     """
     dim, popsize = mean.shape[0], strategy.popsize
-    recent = criteria.recent(dim, popsize)
-    history_range = _recent_range(history, recent)
-    std = coordinate_scale(scale)
-    found = {
-        "tolfun": (history.count > 0) & (spread < criteria.tolfun) & (history_range < criteria.tolfun),
-        "tolfunhist": (history.count > 9) & (history_range < criteria.tolfunhist),
-        "stagnation": _stagnated(history, dim, popsize, criteria.stagnation(dim, popsize)),
-        "collapsed": jnp.all(mean + 0.1 * std == mean),
-    }
+    criteria = criteria.criteria if isinstance(criteria, OnTheState) else criteria
+    found = {} if history is None else history_conditions(history, dim, popsize, criteria)
+    found["collapsed"] = jnp.all(mean + 0.1 * coordinate_scale(scale) == mean)
     found.update(strategy.stop_conditions(hp, strategy_state, mean, generation, criteria))
     unknown = set(found) - set(CRITERIA)
     if unknown:
         raise ValueError(f"{type(strategy).__name__}.stop_conditions: unknown conditions {sorted(unknown)}; "
                          f"use names of es.engine.stopping.CRITERIA {list(CRITERIA)}.")
     return found
+
+
+def history_conditions(history: History, dim: int, popsize: int, criteria: StopCriteria) -> dict[str, jax.Array]:
+    """``tolfun``, ``tolfunhist`` and ``stagnation``: the conditions on the fitness history (its last
+    generation's fitnesses at full precision, its recent best and its sparse best and median)."""
+    largest, smallest = extremes(history.last, jnp.isfinite(history.last))
+    spread = largest - smallest
+    history_range = _recent_range(history, criteria.recent(dim, popsize))
+    return {
+        "tolfun": (history.count > 0) & (spread < criteria.tolfun) & (history_range < criteria.tolfun),
+        "tolfunhist": (history.count > 9) & (history_range < criteria.tolfunhist),
+        "stagnation": _stagnated(history, dim, popsize, criteria.stagnation(dim, popsize)),
+    }
 
 
 def bitmask(found: dict[str, jax.Array]) -> jax.Array:
