@@ -40,9 +40,9 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from es.engine import stopping
-from es.engine.fitness_history import HostHistory
 from es.engine.evolution import run_generations
 from es.engine.execution import check_noise, check_state, resolve_execution
+from es.engine.fitness_history import HostHistory
 from es.engine.generation import evaluates_pairs, this_generation
 from es.fitness import Fitnesses, GivenFitness, from_host
 from es.fitness.contract import fitness_dtype
