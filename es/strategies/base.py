@@ -391,16 +391,16 @@ class Strategy:
         return {}
 
 
-def filled(shape: tuple[int, ...], value, dtype, eye: bool = False) -> jax.Array:
-    """``jnp.full(shape, value, dtype)`` (``eye``: ``value`` times the identity, ``shape`` square) for a new state.
+def filled(shape: tuple[int, ...], value, dtype) -> jax.Array:
+    """``jnp.full(shape, value, dtype)`` for a new state.
 
-    A concrete ``value`` is built in numpy and put on the device: an eager ``jnp.zeros``, ``jnp.eye`` or
+    A concrete ``value`` is built in numpy and put on the device: an eager ``jnp.zeros``, ``jnp.full`` or
     ``jnp.asarray`` compiles a small program per shape (jax 0.10), a few for every strategy's first state in
     a fresh process. A traced ``value`` (a state made inside a program) is built by ``jnp``.
     """
     if isinstance(value, jax.core.Tracer):
-        return value * jnp.eye(shape[0], dtype=dtype) if eye else jnp.full(shape, value, dtype)
-    return jax.device_put(value * np.eye(shape[0], dtype=dtype) if eye else np.full(shape, value, dtype))
+        return jnp.full(shape, value, dtype)
+    return jax.device_put(np.full(shape, value, dtype))
 
 
 def initial_state(strategy: Strategy, key: jax.Array, params: PyTree, fitness) -> State:

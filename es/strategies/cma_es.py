@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from es.noise import GaussianNoise, NoiseSource
 from es.strategies import margin as margins
@@ -169,7 +170,7 @@ class CMAES(Strategy):
 
     def initial_state(self, hp: CMAESHyperparameters, mean: jax.Array) -> CMAESState:
         n, dtype = mean.shape[0], mean.dtype
-        eye, zeros = filled((n, n), 1, dtype, eye=True), filled((n,), 0, dtype)
+        eye, zeros = jax.device_put(np.eye(n, dtype=dtype)), filled((n,), 0, dtype)  # put: no program compiled
         return CMAESState(filled((), hp.sigma, dtype), eye, eye, filled((n,), 1, dtype), zeros, zeros,
                           margins.initial_scaling(self.margin, mean),
                           margins.initial_centering(self.margin, mean, full=True))
