@@ -4,6 +4,7 @@ result and its history, and clear errors before anything runs."""
 import contextlib
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +15,7 @@ from test_validation import raises
 import es
 from es.blackbox import Schedule
 from es.blackbox.minimize import float64
-from es.engine import ask_tell, fitness_history, stopping
+from es.engine import fitness_history, loop, stopping
 from es.engine.generation import rank
 from es.fitness import Fitnesses, from_host
 
@@ -179,12 +180,56 @@ def test_the_loop_tracks_the_best_value_and_leaves_the_best_point_to_its_driver(
     """es.minimize keeps its best point on the host: its loop's program leaves out the best member's rebuild."""
     strategy = es.CMAES(popsize=7, sigma=2.0, maximize=False)  # the README example's first run
     with float64():
-        loop = ask_tell.Loop(strategy, strategy.init(jax.random.key(0), jnp.full(3, 3.0)))
-        members = np.asarray(loop.first())
+        the_loop = loop.Loop(strategy, strategy.init(jax.random.key(0), jnp.full(3, 3.0)))
+        members = np.asarray(the_loop.first())
         values = np.sum(members**2, axis=1)
-        loop.step(values)
-    np.testing.assert_array_equal(loop.state.best_params, np.full(3, 3.0))
-    assert float(loop.state.best_fitness) == values.min()
+        the_loop.step(values)
+    np.testing.assert_array_equal(the_loop.state.best_params, np.full(3, 3.0))
+    assert float(the_loop.state.best_fitness) == values.min()
+
+
+def test_a_sigma_factor_gives_in_the_same_call_the_members_of_the_state_with_sigma_changed():
+    """Uncertainty handling's sigma increase: ``step(fitness, sigma_factor)`` is the step, then ``sigma`` times
+    the factor on the host and ``first()`` again (what es.minimize(noisy=True) did in two calls), bit for bit."""
+    strategy = es.CMAES(popsize=7, sigma=2.0, maximize=False)
+    with float64():
+        state = strategy.init(jax.random.key(0), jnp.full(3, 3.0))
+        one, two = (loop.Loop(strategy, state, loop.Loop.compile(strategy, state.params)) for _ in "ab")
+        values = np.sum(np.asarray(one.first()) ** 2, axis=1)
+        (summary, members), (expected, _) = one.step(values, sigma_factor=1.25), two.step(values)
+        inner = two.state.strategy_state
+        increased = jax.device_put(np.asarray(inner.sigma) * 1.25)
+        two.state = two.state._replace(strategy_state=inner._replace(sigma=increased))
+        expected_members = two.first()
+        assert summary == expected
+        chex.assert_trees_all_equal(one.state, two.state)
+        np.testing.assert_array_equal(np.asarray(members), np.asarray(expected_members))
+        with programs_built() as built:  # any factor: the same program, one call
+            one.step(values, sigma_factor=1.1)
+        assert built == []
+
+
+def test_the_loops_program_takes_the_faster_compiling_emitters_on_a_cpu_below_min_slice_only():
+    assert loop.compiler_options(3, "cpu") == loop.COMPILER_OPTIONS == {"xla_cpu_use_fusion_emitters": False}
+    assert loop.compiler_options(es.noise.MIN_SLICE - 1, "cpu") == loop.COMPILER_OPTIONS
+    assert loop.compiler_options(es.noise.MIN_SLICE, "cpu") is None  # the loop emitters' large sums run slower
+    assert loop.compiler_options(3, "gpu") is None and loop.compiler_options(3, "tpu") is None
+
+
+def test_an_xla_without_the_option_compiles_the_loop_with_its_defaults(monkeypatch):
+    strategy = es.CMAES(popsize=7, sigma=2.0, maximize=False)
+    monkeypatch.setattr(loop, "COMPILER_OPTIONS", {"xla_cpu_no_such_option": False})  # as XLA would refuse it
+    with float64():
+        state = strategy.init(jax.random.key(0), jnp.full(3, 3.0))
+        fallback, default = (loop.Loop(strategy, state, loop.Loop.compile(strategy, state.params)) for _ in "ab")
+        monkeypatch.setattr(loop, "COMPILER_OPTIONS", {})
+        default.compiled = loop.Loop.compile(strategy, state.params)  # XLA's defaults, asked for
+        members = np.asarray(fallback.first())
+        np.testing.assert_array_equal(members, np.asarray(default.first()))
+        values = np.sum(members**2, axis=1)
+        (summary, following), (expected, expected_following) = fallback.step(values), default.step(values)
+    assert summary == expected
+    np.testing.assert_array_equal(np.asarray(following), np.asarray(expected_following))
 
 
 def fitness_sequence(generations=700, popsize=6, seed=0):

@@ -1,5 +1,5 @@
 """The generations of ``es.minimize``, with bounds, constraints, integer variables or noise when asked: host-side
-layers around ``es.engine.ask_tell.Loop``, one generation per call, for every kind of objective (with no
+layers around ``es.engine.loop.Loop``, one generation per call, for every kind of objective (with no
 option asked for, every layer is the identity and a generation is ask, evaluate, tell).
 
 A generation reads top to bottom:
@@ -11,7 +11,8 @@ A generation reads top to bottom:
    stopping at the budget or the target; an ``es.HostFitness``: ``evaluate_batch``, one dispatch), ``g`` too
    (``es.blackbox.constraints``), and with ``noisy`` a few members again (``es.blackbox.uncertainty``);
 4. what the strategy ranks: ``f``, plus the bound penalty, plus the augmented Lagrangian's penalty;
-5. ``Loop.step``; then the Lagrangian's and the penalty's updates, and noise's sigma increase.
+5. ``Loop.step``, sigma increased by noise's factor before the next members; then the Lagrangian's and the
+   penalty's updates.
 
 The best point is tracked on the phenotypes: the best feasible one by ``f`` (``fun``'s value) and, while
 none is feasible, the least violating one; with ``noisy``, each run's final mean evaluated again
@@ -158,7 +159,8 @@ class Layers:
             ranked = ranked + constraints.penalties(self.lagrangian, g)
         if self.options.integers is not None:  # integer centering: what the update adds to its sums
             loop.state = integers.centered(self.options.integers, strategy, loop.state, genotypes, ranked)
-        (_, sigma, stop), loop.members = loop.step(ranked)
+        factor = uncertainty.sigma_factor(self.noise, genotypes.shape[1]) if self.options.noisy else 1.0
+        (_, sigma, stop), loop.members = loop.step(ranked, factor)  # the next members drawn with sigma x factor
         self.after(loop, strategy, genotypes, (f, g, ranked))
         feasible = f if g is None else np.where(constraints.violations(g) == 0, f, np.nan)
         generation_best = float(np.nanmin(feasible)) if np.any(np.isfinite(feasible)) else math.nan
@@ -254,7 +256,8 @@ class Layers:
         self.noise = uncertainty.measured(self.noise, f, again, index)
 
     def after(self, loop, strategy, genotypes: np.ndarray, evaluated: tuple) -> None:
-        """The updates after ``Loop.step``: the Lagrangian, the bound penalty's weights, noise's sigma."""
+        """The updates after ``Loop.step``: the Lagrangian and the bound penalty's weights (noise's sigma increase
+        is ``Loop.step``'s ``sigma_factor``)."""
         f, g, ranked = evaluated
         n = genotypes.shape[1]
         if g is not None and np.any(np.isfinite(ranked)):
@@ -268,12 +271,6 @@ class Layers:
             mean = self.flat.rows(jax.tree.map(lambda a: np.asarray(a)[None], loop.state.params))[0]
             self.penalty = bounds.penalty_update(box, self.penalty, f, genotypes, mean,
                                                  positive_weights(strategy.popsize)[1])
-        factor = uncertainty.sigma_factor(self.noise, n) if self.options.noisy else 1.0
-        if factor != 1.0:
-            inner = loop.state.strategy_state
-            sigma = jax.device_put(np.asarray(inner.sigma) * factor)  # on the host: an eager JAX op costs more
-            loop.state = loop.state._replace(strategy_state=inner._replace(sigma=sigma))
-            loop.members = loop.first()
 
     # ------------------------------------------------------------------ the end of a run, and of the call
 

@@ -10,7 +10,7 @@ the whole call until ``max_evals`` (never exceeded), the ``target`` or the last 
 bottom:
 
 1. a state from ``x0`` (a new key per run), the strategy resized to the run's popsize and sigma;
-2. generations, one at a time, through es.engine's ask/tell loop (``ask_tell.Loop``: each generation's tell
+2. generations, one at a time, through es.engine's ask/tell loop (``es.engine.loop.Loop``: each generation's tell
    and the next ask in one compiled call) and ``es.blackbox.layers``: the members are evaluated by their
    kind (a JAX function: one jitted ``jax.vmap``; a Python callable: member by member; an
    ``es.HostFitness``: one dispatch to its workers), with the options' transformations around them;
@@ -39,7 +39,7 @@ import numpy as np
 from es import compilation_cache, validation
 from es.blackbox import integers, layers, objective
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
-from es.engine import ask_tell, stopping
+from es.engine import loop, stopping
 from es.strategies import CMAES, SepCMAES
 from es.strategies.base import Strategy
 from es.strategies.cma_es import MAX_DIM
@@ -248,7 +248,7 @@ class _Minimization:
         generations = 0
         self.layers.start_run()
         # Every kind of objective: es.engine's ask/tell loop, checked once, one compiled call a generation.
-        state = ask_tell.Loop(strategy, state, self.programs.get(strategy))
+        state = loop.Loop(strategy, state, self.programs.get(strategy))
         state.members = state.first()
         while True:
             state, done, stop = self.layers.generation(self, strategy, state, index, limit - generations)
@@ -323,14 +323,14 @@ class _Programs:
     def prefetch(self, strategy: Strategy) -> None:
         key = self.key(strategy)
         if key not in _COMPILED:
-            _COMPILED[key] = self.pool.submit(ask_tell.Loop.compile, strategy, self.x0)
+            _COMPILED[key] = self.pool.submit(loop.Loop.compile, strategy, self.x0)
 
     def get(self, strategy: Strategy):
         """The compiled program: a prefetch's (waiting for it), else compiled now on this thread (kept; not
         queued on the pool behind the prefetch of the next large run)."""
         key = self.key(strategy)
         if key not in _COMPILED:
-            compiled = ask_tell.Loop.compile(strategy, self.x0)  # stored only once made: a failure is raised here
+            compiled = loop.Loop.compile(strategy, self.x0)  # stored only once made: a failure is raised here
             _COMPILED[key] = concurrent.futures.Future()
             _COMPILED[key].set_result(compiled)
         return _COMPILED[key].result()

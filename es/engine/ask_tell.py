@@ -29,7 +29,6 @@ gives the key ``es.evolve`` would pass a member's fitness.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 from typing import Any, Callable
@@ -42,9 +41,8 @@ from jax.sharding import PartitionSpec as P
 from es.engine import stopping
 from es.engine.evolution import run_generations
 from es.engine.execution import check_noise, check_state, resolve_execution
-from es.engine.fitness_history import HostHistory
 from es.engine.generation import evaluates_pairs, this_generation
-from es.fitness import Fitnesses, GivenFitness, from_host
+from es.fitness import GivenFitness, from_host
 from es.fitness.contract import fitness_dtype
 from es.noise import Layout
 from es.parallel.mesh import resolve_mesh
@@ -196,80 +194,6 @@ class _LastTell(threading.local):
 
 
 _LAST_TELL = _LastTell()
-
-
-LOOP_CRITERIA = stopping.StopCriteria()
-"""The stopping conditions a ``Loop``'s step reports (pycma's defaults): its driver ends runs on them."""
-
-
-class Loop:
-    """An ask/tell loop over one strategy and state layout, for a driver that owns its states (``es.minimize``):
-    the checks of ``tell`` made once, and each generation's tell and the next ask in one compiled call.
-
-    ``first()`` gives the members of the state as it is (the first generation's, or after the driver changed
-    the state); ``step(fitness)`` tells their fitnesses and gives ``(best_fitness, sigma, stop)`` of that
-    generation (one host transfer) and the next members. Both run the loop's one program (``compiled``, as
-    ``Loop.compile`` makes it ahead of time, maybe on another thread; ``None``: made here), ``first`` with its
-    generation switched off: one program per popsize, where a separate ask program was a second. Compiled ahead
-    of time, it serves the first state (from ``strategy.init``) and the states it returns alike, where a jitted
-    call would compile twice (their arrays are placed differently). The states' ``best_params`` stay as they
-    were: the driver keeps its best point itself (``Execution.track_best``). The fitness history that
-    ``tolfun``, ``tolfunhist`` and ``stagnation`` read is kept here, on the host (``HostHistory``), where the
-    fitnesses are: the program finds only the conditions on the state (``stopping.OnTheState``).
-    """
-
-    def __init__(self, strategy: Strategy, state: State, compiled=None):
-        layout = _checked(strategy, state, "tell").layout
-        self.state = state
-        self.hp = _prepared(strategy, layout, None, LOOP_CRITERIA)[1]
-        self.compiled = compiled or Loop.compile(strategy, state.params)
-        self.unused = from_host(np.zeros(strategy.popsize), "es.tell")  # first()'s fitnesses, never read
-        self.history = HostHistory(layout.dim, strategy.popsize, self.unused.value.dtype, strategy.maximize,
-                                   LOOP_CRITERIA)
-
-    def first(self):
-        return self.compiled(self.hp, self.state, self.unused, _NO)[2]
-
-    def step(self, fitness: np.ndarray):
-        given = from_host(fitness, "es.tell")
-        self.state, summary, members = _keyed(self.compiled(self.hp, self.state, given, _YES), self.state.key)
-        best, sigma, stop = np.asarray(summary).tolist()
-        self.history.record(given.value, given.residual)
-        return (best, sigma, int(stop) | self.history.bitmask()), members
-
-    @staticmethod
-    def compile(strategy: Strategy, params):
-        """The loop's program for ``strategy`` and params shaped like ``params``, compiled now (shapes only:
-        nothing runs). Safe on another thread, so a driver can compile the next run's while this one runs."""
-        state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
-        layout = Layout.of(state.params)
-        program, hp, mesh, execution = _prepared(strategy, layout, None, LOOP_CRITERIA)
-        # The driver keeps its best point itself, and the fitness history (Loop.history).
-        execution = dataclasses.replace(execution, track_best=False, criteria=stopping.OnTheState(LOOP_CRITERIA))
-        dtype = jnp.result_type(float)
-        given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
-        switch = jax.ShapeDtypeStruct((), jnp.bool_)
-        return _tell_ask_compiled.lower(program, mesh, execution, hp, state, given, switch).compile()
-
-
-_YES, _NO = np.bool_(True), np.bool_(False)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _tell_ask_compiled(program, mesh, execution, hp, state, given, generation):
-    """``(state, summary, members)``: where ``generation`` (a traced bool), one generation from ``given`` (as
-    ``_tell_compiled``; ``summary`` its best fitness, sigma and stop mask), else ``state`` as it is (``summary``
-    zeros); then that state's members (as ``_ask_compiled`` builds them). The state's ``key`` is ``None``."""
-
-    def told(state):
-        new, metrics, _ = _tell_compiled(program, mesh, execution, None, hp, state, given)
-        summary = jnp.stack([metrics["best_fitness"], metrics["sigma"].astype(metrics["best_fitness"].dtype),
-                             metrics["stop"].astype(metrics["best_fitness"].dtype)])
-        return new._replace(key=state.key), summary
-
-    state, summary = jax.lax.cond(generation, told, lambda state: (state, jnp.zeros((3,), state.best_fitness.dtype)),
-                                  state)
-    return state._replace(key=None), summary, _members(program, 0, program.popsize, False, hp, state)
 
 
 def stop_reasons(strategy: Strategy, state: State, stop_criteria: stopping.StopCriteria | None = None) -> list[str]:

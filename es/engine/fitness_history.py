@@ -1,6 +1,6 @@
 """The stopping conditions that read the fitness history, kept on the host: es.minimize's ask/tell loop.
 
-A ``Loop`` (``es.engine.ask_tell``) hands every generation's fitnesses to its program from the host, so it
+A ``Loop`` (``es.engine.loop``) hands every generation's fitnesses to its program from the host, so it
 can keep the history there too. Its program then records no ``State.stop_history`` and computes only the
 conditions that read the state (``stopping.OnTheState``); ``HostHistory`` records each generation and
 finds ``tolfun``, ``tolfunhist`` and ``stagnation`` in numpy, with the arithmetic of ``es.engine.stopping``

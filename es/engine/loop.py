@@ -1,0 +1,134 @@
+"""es.minimize's ask/tell loop: each generation's tell and the next generation's members in one compiled call.
+
+    loop = Loop(strategy, state)          # compiled ahead of time (Loop.compile, maybe on another thread)
+    members = loop.first()                # float[popsize, ...]: the state's members
+    (best, sigma, stop), members = loop.step(fitness)   # float64[popsize] in, the next members out
+    (best, sigma, stop), members = loop.step(fitness, sigma_factor=1.2)   # sigma x 1.2 before the next members
+
+The program is ``es.tell``'s generation (``ask_tell``'s checks, hyperparameters and code) followed by
+``es.ask``'s members, one per strategy program and params shape; the fitness history behind ``tolfun``,
+``tolfunhist`` and ``stagnation`` stays on the host (``HostHistory``).
+
+On a CPU, below ``es.noise.MIN_SLICE`` params, the program is compiled with XLA's loop emitters
+(``COMPILER_OPTIONS``) instead of its default fusion emitters: such a program compiles in about 25% less time
+(a fresh process's es.minimize compiles one per popsize, most of its time to a first result) and runs a
+generation as fast. The two round some fused operations differently, so a run may differ in its last bits
+from one compiled with the defaults (of the runs checked, a CMA-ES run on 8 params from its first covariance
+update and a noisy run on 4; the README example and plain runs on 3 to 6 params did not: docs/benchmarks.md).
+Above ``MIN_SLICE`` the loop emitters' member-ordered sums run slower, so the defaults stay; an XLA without
+the option compiles with its defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from es.engine import ask_tell, stopping
+from es.engine.fitness_history import HostHistory
+from es.fitness import Fitnesses, from_host
+from es.noise import MIN_SLICE, Layout
+from es.strategies.base import State, Strategy
+
+COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+"""XLA's options for a loop's program on a CPU below ``MIN_SLICE`` params: the loop emitters, which compile faster."""
+
+
+def compiler_options(dim: int, backend: str) -> dict | None:
+    """``COMPILER_OPTIONS`` for a program over ``dim`` params on ``backend`` (``jax.default_backend()``), or
+    ``None`` (XLA's defaults): on a CPU below ``MIN_SLICE`` params only."""
+    return dict(COMPILER_OPTIONS) if backend == "cpu" and dim < MIN_SLICE else None
+
+
+LOOP_CRITERIA = stopping.StopCriteria()
+"""The stopping conditions a ``Loop``'s step reports (pycma's defaults): its driver ends runs on them."""
+
+
+class Loop:
+    """An ask/tell loop over one strategy and state layout, for a driver that owns its states (``es.minimize``):
+    the checks of ``tell`` made once, and each generation's tell and the next ask in one compiled call.
+
+    ``first()`` gives the members of the state as it is (the first generation's, or after the driver changed
+    the state); ``step(fitness, sigma_factor)`` tells their fitnesses and gives ``(best_fitness, sigma, stop)``
+    of that generation (one host transfer) and the next members, drawn after the state's ``sigma`` was
+    multiplied by ``sigma_factor`` (uncertainty handling's increase; 1 leaves it as it is, bit for bit).
+    Every generation is one call of the program, whatever the factor. Both run the loop's one program (``compiled``, as
+    ``Loop.compile`` makes it ahead of time, maybe on another thread; ``None``: made here), ``first`` with its
+    generation switched off: one program per popsize, where a separate ask program was a second. Compiled ahead
+    of time, it serves the first state (from ``strategy.init``) and the states it returns alike, where a jitted
+    call would compile twice (their arrays are placed differently). The states' ``best_params`` stay as they
+    were: the driver keeps its best point itself (``Execution.track_best``). The fitness history that
+    ``tolfun``, ``tolfunhist`` and ``stagnation`` read is kept here, on the host (``HostHistory``), where the
+    fitnesses are: the program finds only the conditions on the state (``stopping.OnTheState``).
+    """
+
+    def __init__(self, strategy: Strategy, state: State, compiled=None):
+        layout = ask_tell._checked(strategy, state, "tell").layout
+        self.state = state
+        self.hp = ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)[1]
+        self.compiled = compiled or Loop.compile(strategy, state.params)
+        self.unused = from_host(np.zeros(strategy.popsize), "es.tell")  # first()'s fitnesses, never read
+        self.history = HostHistory(layout.dim, strategy.popsize, self.unused.value.dtype, strategy.maximize,
+                                   LOOP_CRITERIA)
+
+    def first(self):
+        return self.compiled(self.hp, self.state, self.unused, _NO, np.ones((), self.unused.value.dtype))[2]
+
+    def step(self, fitness: np.ndarray, sigma_factor: float = 1.0):
+        given = from_host(fitness, "es.tell")
+        factor = np.asarray(sigma_factor, given.value.dtype)
+        outputs = self.compiled(self.hp, self.state, given, _YES, factor)
+        self.state, summary, members = ask_tell._keyed(outputs, self.state.key)
+        best, sigma, stop = np.asarray(summary).tolist()
+        self.history.record(given.value, given.residual)
+        return (best, sigma, int(stop) | self.history.bitmask()), members
+
+    @staticmethod
+    def compile(strategy: Strategy, params):
+        """The loop's program for ``strategy`` and params shaped like ``params``, compiled now (shapes only:
+        nothing runs). Safe on another thread, so a driver can compile the next run's while this one runs."""
+        state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
+        layout = Layout.of(state.params)
+        program, hp, mesh, execution = ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)
+        # The driver keeps its best point itself, and the fitness history (Loop.history).
+        execution = dataclasses.replace(execution, track_best=False, criteria=stopping.OnTheState(LOOP_CRITERIA))
+        dtype = jnp.result_type(float)
+        given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
+        switch, factor = jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), dtype)
+        lowered = _tell_ask_compiled.lower(program, mesh, execution, hp, state, given, switch, factor)
+        options = compiler_options(layout.dim, jax.default_backend())
+        try:
+            return lowered.compile(options)
+        except jax.errors.JaxRuntimeError as error:  # an XLA without the option: its default emitters
+            if not options or "option" not in str(error):
+                raise
+            return lowered.compile()
+
+
+_YES, _NO = np.bool_(True), np.bool_(False)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _tell_ask_compiled(program, mesh, execution, hp, state, given, generation, sigma_factor):
+    """``(state, summary, members)``: where ``generation`` (a traced bool), one generation from ``given`` (as
+    ``_tell_compiled``; ``summary`` its best fitness, sigma and stop mask), else ``state`` as it is (``summary``
+    zeros); then the state's ``sigma`` times ``sigma_factor`` (where the strategy's state has one), and that
+    state's members (as ``_ask_compiled`` builds them). The state's ``key`` is ``None``."""
+
+    def told(state):
+        new, metrics, _ = ask_tell._tell_compiled(program, mesh, execution, None, hp, state, given)
+        summary = jnp.stack([metrics["best_fitness"], metrics["sigma"].astype(metrics["best_fitness"].dtype),
+                             metrics["stop"].astype(metrics["best_fitness"].dtype)])
+        return new._replace(key=state.key), summary
+
+    state, summary = jax.lax.cond(generation, told, lambda state: (state, jnp.zeros((3,), state.best_fitness.dtype)),
+                                  state)
+    inner = state.strategy_state
+    if hasattr(inner, "sigma"):  # x 1.0 is exact: only a factor other than 1 changes anything
+        sigma = inner.sigma * sigma_factor.astype(inner.sigma.dtype)
+        state = state._replace(strategy_state=inner._replace(sigma=sigma))
+    return state._replace(key=None), summary, ask_tell._members(program, 0, program.popsize, False, hp, state)
