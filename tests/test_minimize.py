@@ -2,6 +2,7 @@
 result and its history, and clear errors before anything runs."""
 
 import contextlib
+import functools
 import math
 
 import chex
@@ -176,11 +177,28 @@ def test_another_strategy_can_be_named_and_restarted():
     assert math.isclose(result.fun, shifted_sphere(result.x))
 
 
+README_FIRST_RUN = es.CMAES(popsize=7, sigma=2.0, maximize=False)
+"""The README example's first run: the strategy of the tests that drive es.minimize's loop themselves."""
+
+
+@functools.cache
+def readme_loop_program():
+    """The loop's program of ``README_FIRST_RUN`` on 3 params in float64, compiled once for those tests."""
+    with float64():
+        return loop.Loop.compile(README_FIRST_RUN, jnp.full(3, 3.0))
+
+
+def readme_loop(compiled=None) -> loop.Loop:
+    """A loop of ``README_FIRST_RUN`` from ``x0 = 3`` (call it under ``float64()``), with ``compiled`` or the
+    shared program."""
+    state = README_FIRST_RUN.init(jax.random.key(0), jnp.full(3, 3.0))
+    return loop.Loop(README_FIRST_RUN, state, compiled or readme_loop_program())
+
+
 def test_the_loop_tracks_the_best_value_and_leaves_the_best_point_to_its_driver():
     """es.minimize keeps its best point on the host: its loop's program leaves out the best member's rebuild."""
-    strategy = es.CMAES(popsize=7, sigma=2.0, maximize=False)  # the README example's first run
     with float64():
-        the_loop = loop.Loop(strategy, strategy.init(jax.random.key(0), jnp.full(3, 3.0)))
+        the_loop = readme_loop()
         members = np.asarray(the_loop.first())
         values = np.sum(members**2, axis=1)
         the_loop.step(values)
@@ -191,10 +209,8 @@ def test_the_loop_tracks_the_best_value_and_leaves_the_best_point_to_its_driver(
 def test_a_sigma_factor_gives_in_the_same_call_the_members_of_the_state_with_sigma_changed():
     """Uncertainty handling's sigma increase: ``step(fitness, sigma_factor)`` is the step, then ``sigma`` times
     the factor on the host and ``first()`` again (what es.minimize(noisy=True) did in two calls), bit for bit."""
-    strategy = es.CMAES(popsize=7, sigma=2.0, maximize=False)
     with float64():
-        state = strategy.init(jax.random.key(0), jnp.full(3, 3.0))
-        one, two = (loop.Loop(strategy, state, loop.Loop.compile(strategy, state.params)) for _ in "ab")
+        one, two = readme_loop(), readme_loop()
         values = np.sum(np.asarray(one.first()) ** 2, axis=1)
         (summary, members), (expected, _) = one.step(values, sigma_factor=1.25), two.step(values)
         inner = two.state.strategy_state
@@ -217,13 +233,11 @@ def test_the_loops_program_takes_the_faster_compiling_emitters_on_a_cpu_below_mi
 
 
 def test_an_xla_without_the_option_compiles_the_loop_with_its_defaults(monkeypatch):
-    strategy = es.CMAES(popsize=7, sigma=2.0, maximize=False)
-    monkeypatch.setattr(loop, "COMPILER_OPTIONS", {"xla_cpu_no_such_option": False})  # as XLA would refuse it
     with float64():
-        state = strategy.init(jax.random.key(0), jnp.full(3, 3.0))
-        fallback, default = (loop.Loop(strategy, state, loop.Loop.compile(strategy, state.params)) for _ in "ab")
+        monkeypatch.setattr(loop, "COMPILER_OPTIONS", {"xla_cpu_no_such_option": False})  # as XLA would refuse it
+        fallback = readme_loop(loop.Loop.compile(README_FIRST_RUN, jnp.full(3, 3.0)))
         monkeypatch.setattr(loop, "COMPILER_OPTIONS", {})
-        default.compiled = loop.Loop.compile(strategy, state.params)  # XLA's defaults, asked for
+        default = readme_loop(loop.Loop.compile(README_FIRST_RUN, jnp.full(3, 3.0)))  # XLA's defaults, asked for
         members = np.asarray(fallback.first())
         np.testing.assert_array_equal(members, np.asarray(default.first()))
         values = np.sum(members**2, axis=1)
