@@ -12,6 +12,9 @@ directory the user already gave JAX (``jax_compilation_cache_dir``, ``JAX_COMPIL
 cache is JAX's own (keyed by the program, the jax version, the device kind and XLA's flags, so a stale entry
 is never used) and holds at most ``MAX_BYTES`` (least recently used entries go first).
 
+Beside it, in ``es-executables/``, ``es.executable_cache`` keeps ``es.minimize``'s loop programs by their
+configuration, so that a later process loads them without tracing them first (on and off with this cache).
+
 As JAX warns: the cache is trusted code. Keep it in a directory only you can write.
 """
 

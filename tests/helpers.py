@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 import es
+from es import executable_cache
 
 POPSIZE = 32
 """The population of a test that needs "a population": divisible by 8 devices, pairs on each device."""
@@ -82,11 +83,11 @@ PROGRAM_EVENT = "/jax/core/compile/backend_compile_duration"
 @contextlib.contextmanager
 def programs_built():
     """Inside the block, ``built`` (yielded) lists the name of every program JAX built for it: compiled by XLA,
-    or loaded from the persistent compilation cache."""
+    or loaded from the persistent compilation cache or from ``es.executable_cache``."""
     built = []
 
     def listen(event, duration, fun_name="", **kwargs):
-        if event == PROGRAM_EVENT:
+        if event in (PROGRAM_EVENT, executable_cache.LOAD_EVENT):
             built.append(fun_name)
 
     jax.monitoring.register_event_duration_secs_listener(listen)

@@ -14,6 +14,7 @@ from helpers import programs_built
 from test_validation import raises
 
 import es
+from es import executable_cache
 from es.blackbox import Schedule
 from es.blackbox.minimize import float64
 from es.engine import fitness_history, loop, stopping
@@ -233,6 +234,7 @@ def test_the_loops_program_takes_the_faster_compiling_emitters_on_a_cpu_below_mi
 
 
 def test_an_xla_without_the_option_compiles_the_loop_with_its_defaults(monkeypatch):
+    monkeypatch.setattr(executable_cache, "directory", lambda: None)  # compiled here, never loaded
     with float64():
         monkeypatch.setattr(loop, "COMPILER_OPTIONS", {"xla_cpu_no_such_option": False})  # as XLA would refuse it
         fallback = readme_loop(loop.Loop.compile(README_FIRST_RUN, jnp.full(3, 3.0)))

@@ -17,6 +17,9 @@ from one compiled with the defaults (of the runs checked, a CMA-ES run on 8 para
 update and a noisy run on 4; the README example and plain runs on 3 to 6 params did not: docs/benchmarks.md).
 Above ``MIN_SLICE`` the loop emitters' member-ordered sums run slower, so the defaults stay; an XLA without
 the option compiles with its defaults.
+
+A program is a function of the strategy's program and the params' shapes and dtypes alone, so a later process
+loads it by those from ``es.executable_cache`` (where JAX's persistent cache is on) without tracing it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from es import executable_cache
 from es.engine import ask_tell, stopping
 from es.engine.fitness_history import HostHistory
 from es.fitness import Fitnesses, from_host
@@ -90,7 +94,18 @@ class Loop:
     @staticmethod
     def compile(strategy: Strategy, params):
         """The loop's program for ``strategy`` and params shaped like ``params``, compiled now (shapes only:
-        nothing runs). Safe on another thread, so a driver can compile the next run's while this one runs."""
+        nothing runs), or loaded without tracing where an earlier process compiled it (``es.executable_cache``:
+        on where JAX's persistent cache is). Safe on another thread, so a driver can compile the next run's
+        while this one runs."""
+        leaves = jax.tree.leaves(params)
+        options = compiler_options(sum(np.size(a) for a in leaves), jax.default_backend())
+        configuration = ("es.engine.loop.Loop", strategy.program(), repr(jax.tree.structure(params)),
+                         tuple((np.shape(a), str(jnp.asarray(a).dtype)) for a in leaves), options)
+        return executable_cache.load_or_compile(configuration, lambda: Loop._compiled(strategy, params, options),
+                                                "jit(_tell_ask_compiled)")
+
+    @staticmethod
+    def _compiled(strategy: Strategy, params, options: dict | None):
         state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
         layout = Layout.of(state.params)
         program, hp, mesh, execution = ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)
@@ -100,7 +115,6 @@ class Loop:
         given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
         switch, factor = jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), dtype)
         lowered = _tell_ask_compiled.lower(program, mesh, execution, hp, state, given, switch, factor)
-        options = compiler_options(layout.dim, jax.default_backend())
         try:
             return lowered.compile(options)
         except jax.errors.JaxRuntimeError as error:  # an XLA without the option: its default emitters
