@@ -12,7 +12,9 @@ key, so a stale entry is never used.
 
 It is on exactly where JAX's persistent cache is (``es.minimize`` and the training CLI by default;
 ``ES_COMPILATION_CACHE=off`` leaves both off). A configuration whose text names Python objects by address
-(a strategy holding a function, such as an optax optimizer) has no stable key and is always compiled. An
+(a strategy holding a function, such as an optax optimizer) has no stable key and is always compiled. Only
+programs compiled in the process are stored: one that JAX's own cache gave (an entry of an earlier es, say)
+is loaded from there as before, traced and lowered first, since XLA cannot serialize it again. An
 entry that cannot be read is removed and compiled again; one that cannot be written is skipped: the cache
 never fails a call. At most ``MAX_ENTRIES`` entries are kept (least recently used go first). As JAX's own
 cache, entries are trusted code (pickles): keep the directory writable by you alone.
@@ -227,18 +229,33 @@ def load_or_compile(configuration: Any, compile: Callable[[], Any], fun_name: st
 
 
 def _compiled_here(compile: Callable[[], Any]):
-    """``(compile(), whether JAX loaded it from its persistent cache)``, told by JAX's event of a cache read on
-    this thread."""
+    """``(compile(), whether JAX loaded it from its persistent cache)``, told by JAX's event of a cache read,
+    which JAX records on the thread that compiles (``_reads``: this call's, on this thread)."""
+    _listen_for_jax_cache_reads()
+    outer = getattr(_reads, "seen", None)
+    _reads.seen = []
+    try:
+        compiled = compile()
+        return compiled, bool(_reads.seen)
+    finally:
+        if outer is not None:
+            outer.extend(_reads.seen)
+        _reads.seen = outer
+
+
+_reads = threading.local()
+"""``seen``: while ``_compiled_here`` compiles on a thread, the JAX cache reads recorded on it (else ``None``)."""
+
+
+@functools.cache
+def _listen_for_jax_cache_reads() -> None:
+    """One listener for the process, never removed (removing listeners while another thread compiles could make
+    JAX skip one of them)."""
     import jax
 
-    thread, hits = threading.get_ident(), []
-
     def listen(event, duration, **kwargs):
-        if event == _JAX_CACHE_HIT and threading.get_ident() == thread:
-            hits.append(duration)
+        seen = getattr(_reads, "seen", None)
+        if event == _JAX_CACHE_HIT and seen is not None:
+            seen.append(duration)
 
     jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        return compile(), bool(hits)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)

@@ -95,6 +95,20 @@ def test_a_program_calling_back_into_python_is_never_stored(entries):
     assert sorted(p.name for p in entries.iterdir()) == ["plain.pkl"]
 
 
+def test_a_program_that_jaxs_own_cache_gave_is_not_stored(entries):
+    """XLA serializes an executable it loaded from JAX's cache to an entry whose first call fails: never stored."""
+    def quarter():  # lowered anew each time: its compile goes to JAX's cache
+        return jax.jit(lambda x: x / 4).lower(jnp.float32(1))
+
+    executable_cache.load_or_compile(("quarter",), quarter().compile)  # compiled: in JAX's cache and in this one
+    for entry in entries.glob("*.pkl"):
+        entry.unlink()
+    compiled, from_jax_cache = executable_cache._compiled_here(quarter().compile)
+    assert from_jax_cache and float(compiled(jnp.float32(2))) == 0.5
+    executable_cache.load_or_compile(("quarter",), quarter().compile)
+    assert not list(entries.glob("*.pkl"))
+
+
 def test_a_damaged_entry_is_removed_and_compiled_again(entries):
     name = executable_cache.key(("damaged",))
     entries.mkdir()
