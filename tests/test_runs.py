@@ -1,6 +1,8 @@
 """es.run: segments equal one evolve call, checkpoints restore exactly or are refused, the log stays exact."""
 
+import asyncio
 import errno
+import gc
 import json
 import pathlib
 import shutil
@@ -179,6 +181,30 @@ def corrupt_arrays(path):
     for data in (path / "arrays").rglob("*"):
         if data.is_file() and data.parent.name == "d":  # the array data files
             data.write_bytes(b"\x00garbage" * 8)
+
+
+def test_reads_of_a_corrupt_checkpoint_that_nobody_awaits_print_nothing_and_other_failures_still_do(tmp_path,
+                                                                                                       caplog):
+    """Orbax reads a checkpoint's leaves in asyncio tasks and stops at the first failure (es's one warning); asyncio
+    logged each other failed read, "Task exception was never retrieved" with a traceback, whenever the garbage
+    collector reached its task (the CLI's output sometimes had one). Such tasks, failing as tensorstore does on
+    garbage, log nothing once a run directory was opened; a task failing otherwise is still logged."""
+    run(tmp_path, 2)  # opens a run directory: the filter is in place from here on
+
+    async def fails(error):
+        raise error
+
+    loop = asyncio.new_event_loop()
+    tasks = [loop.create_task(fails(ValueError('OUT_OF_RANGE: Error opening "cast" driver: Error opening "zarr" '
+                                               'driver: Error reading "state.leaf_00015/.zarray"'))),
+             loop.create_task(fails(KeyError("a failure of another kind")))]
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    with caplog.at_level("ERROR", logger="asyncio"):
+        del tasks
+        gc.collect()
+    logged = [record for record in caplog.records if record.name == "asyncio"]
+    assert len(logged) == 1 and isinstance(logged[0].exc_info[1], KeyError), logged
 
 
 # Orbax leaves an asyncio callback behind when tensorstore fails to read garbage; harmless here.

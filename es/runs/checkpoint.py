@@ -430,7 +430,8 @@ class Checkpointer:
 
 
 def _drop_closed_event_loop_noise() -> None:
-    """Keep orbax's "Event loop is closed" tracebacks off stderr (installed once, for the whole process).
+    """Keep orbax's "Event loop is closed" tracebacks, and its unawaited failed reads
+    (``_drop_unretrieved_read_errors``), off stderr (installed once, for the whole process).
 
     When tensorstore fails to read a corrupt checkpoint, orbax leaves callbacks behind that later try to
     reach an asyncio event loop it has closed; Python prints each as a traceback although nothing failed
@@ -452,6 +453,18 @@ def _drop_closed_event_loop_noise() -> None:
 
     hook.drops_closed_event_loop_noise = True
     sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_drop_unretrieved_read_errors)
+
+
+def _drop_unretrieved_read_errors(record) -> bool:
+    """A logging filter for asyncio's logger: drops "Task exception was never retrieved" where the exception is
+    tensorstore's failure to open a checkpoint's arrays (``Error opening "..." driver``). Reading a corrupt
+    checkpoint, orbax starts a read per leaf and stops at the first failure, which es reports as one warning
+    (or a clear error); the other reads fail the same way, and asyncio logged each with a traceback whenever
+    the garbage collector came to its task. Every other record passes."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (str(record.msg).startswith("Task exception was never retrieved") and isinstance(error, ValueError)
+                and 'Error opening "' in str(error))
 
 
 def _drop_orbax_errors(record) -> bool:
