@@ -4,7 +4,8 @@ Every test process (``make test`` runs one per file, two at a time) keeps its co
 persistent compilation cache in ``.cache/jax`` at the repository's root (``$ES_COMPILATION_CACHE`` if set), so
 a program that another file, or an earlier run, compiled is loaded instead of compiled again. The child
 processes the tests start (CLI runs, ``es.launch`` ranks, workers) inherit it through JAX's own environment
-variables.
+variables. JAX's size limit is off for it (``-1``): with a limit, JAX lists and reads the whole directory at
+every write, thousands of writes a suite; ``tests/run_files.py`` trims it once before the files start.
 """
 
 import os
@@ -20,8 +21,10 @@ import pytest  # noqa: E402
 
 import es  # noqa: E402
 
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", "-1")  # no scan of the directory at every write
 for name, value in es.compilation_cache.environment(es.enable_compilation_cache()).items():  # $ES_COMPILATION_CACHE
     os.environ.setdefault(name, value)  # and the same for the child processes the tests start
+jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 NUM_DEVICES = 8
 

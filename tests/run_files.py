@@ -45,6 +45,31 @@ START_FIRST = (  # 2026-11-27, 2 at a time
     "test_lowrank.py",  # 41 s
 )
 DEFAULT_TIMEOUT_S = 900
+CACHE = TESTS.parent / ".cache" / "jax"
+"""The tests' compilation cache (tests/conftest.py), unless ``$ES_COMPILATION_CACHE`` names another."""
+CACHE_MAX_BYTES = 2**31
+"""The tests' cache is trimmed to this before the files start, the least recently written files first (the test
+processes write it without JAX's size limit, which rescans the directory at every write)."""
+
+
+def trim_cache(directory: Path, max_bytes: int = CACHE_MAX_BYTES) -> int:
+    """Remove the least recently written files under ``directory`` until it holds at most ``max_bytes``; the
+    number removed."""
+    files = []
+    for path in directory.rglob("*") if directory.is_dir() else ():
+        try:
+            if path.is_file():
+                info = path.stat()
+                files.append((info.st_mtime, info.st_size, path))
+        except OSError:  # gone meanwhile
+            pass
+    total, removed = sum(size for _, size, _ in files), 0
+    for _, size, path in sorted(files):
+        if total <= max_bytes:
+            break
+        path.unlink(missing_ok=True)
+        total, removed = total - size, removed + 1
+    return removed
 
 
 def ordered(files: list[Path]) -> list[Path]:
@@ -129,6 +154,7 @@ def main(argv=None) -> int:
 
         args.log_dir = Path(tempfile.mkdtemp(prefix="es-tests-"))
     args.log_dir.mkdir(parents=True, exist_ok=True)
+    trim_cache(Path(os.environ.get("ES_COMPILATION_CACHE") or CACHE))
     return run(files, args.jobs, args.timeout, args.log_dir, args.marker)
 
 

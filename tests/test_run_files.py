@@ -1,11 +1,13 @@
 """tests/run_files.py (what `make test` runs): every file runs, a failure or a hang fails the run, never stalls it."""
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import run_files as runner
 
 RUNNER = Path(__file__).parent / "run_files.py"
 
@@ -61,3 +63,15 @@ def test_a_hanging_file_is_killed_with_its_children_at_the_timeout(tmp_path):
     assert "==== test_ok.py: passed" in result.stdout
     sleepers = subprocess.run(["pgrep", "-f", "time.sleep\\(613\\)"], capture_output=True, text=True).stdout
     assert not sleepers.strip(), f"the hanging file's processes outlived the timeout: {sleepers}"
+
+
+def test_the_tests_cache_is_trimmed_to_its_limit_least_recently_written_first(tmp_path):
+    for age, name in enumerate(["old-cache", "sub/older-than-new.pkl", "new-cache"]):
+        path = tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1000.0 + age, 1000.0 + age))
+    assert runner.trim_cache(tmp_path, max_bytes=250) == 1
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
+        "new-cache", "sub/older-than-new.pkl"]
+    assert runner.trim_cache(tmp_path / "absent") == 0
