@@ -82,11 +82,11 @@ def fingerprint() -> str:
     import jaxlib
     import numpy as np
 
-    devices = [(d.platform, d.device_kind, d.id, d.process_index) for d in jax.devices()]
+    devices = jax.devices()
     parts = (_source_digest(), sys.version_info[:3], jax.__version__, jaxlib.__version__, np.__version__,
              sorted((name, repr(value)) for name, value in jax.config.values.items()),
-             str(jax.numpy.result_type(float)), os.environ.get("XLA_FLAGS", ""), jax.devices()[0].client.platform_version,
-             devices)
+             str(jax.numpy.result_type(float)), os.environ.get("XLA_FLAGS", ""), devices[0].client.platform_version,
+             [(d.platform, d.device_kind, d.id, d.process_index) for d in devices])
     return repr(parts)
 
 

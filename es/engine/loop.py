@@ -100,7 +100,7 @@ class Loop:
         leaves = jax.tree.leaves(params)
         options = compiler_options(sum(np.size(a) for a in leaves), jax.default_backend())
         configuration = ("es.engine.loop.Loop", strategy.program(), repr(jax.tree.structure(params)),
-                         tuple((np.shape(a), str(jnp.asarray(a).dtype)) for a in leaves), options)
+                         tuple((np.shape(a), str(jax.dtypes.canonicalize_dtype(a.dtype))) for a in leaves), options)
         return executable_cache.load_or_compile(configuration, lambda: Loop._compiled(strategy, params, options),
                                                 "jit(_tell_ask_compiled)")
 
