@@ -38,6 +38,20 @@ def rastrigin(x, key):
     return -(10.0 * x.size + jnp.sum(x**2 - 10.0 * jnp.cos(2 * jnp.pi * x)))
 
 
+FAIL_ALL_ABOVE = 1e6
+"""``nan_for_some_members`` fails every member whose first coordinate is above this (a generation where all fail)."""
+
+
+def nan_for_some_members(x, key):
+    """Sphere on a vector, but NaN or +-inf for about a third of the members, and NaN for every member whose
+    first coordinate is above ``FAIL_ALL_ABOVE`` (start there for generations where every member fails, in the
+    same program)."""
+    draw = jax.random.uniform(key)
+    value = -jnp.sum(x**2)
+    some = jnp.where(draw < 0.1, jnp.nan, jnp.where(draw < 0.2, jnp.inf, jnp.where(draw < 0.3, -jnp.inf, value)))
+    return jnp.where(x[0] > FAIL_ALL_ABOVE, jnp.nan, some)
+
+
 def noisy_policy_return(params, key, horizon=20, noise_scale=0.1):
     """A gymnax-like rollout: a scan whose carry starts from constants, a matmul, and the key."""
     w1, w2 = params["w1"], params["w2"]

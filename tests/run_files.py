@@ -1,4 +1,4 @@
-"""Run the test suite as one pytest process per test file, ``--jobs`` files at a time (``make test``).
+"""Run the test suite as one pytest process per test file (or group of light files), ``--jobs`` at a time.
 
     python tests/run_files.py                 # every tests/test_*.py, 2 at a time
     python tests/run_files.py --jobs 1 tests/test_engine.py tests/test_runs.py
@@ -9,8 +9,9 @@ compiler crashed (SIGSEGV/SIGABRT inside ``backend_compile``) after a few
 hundred earlier compilations, while every file passes alone. Why two at a
 time: most of a file's time is XLA compiling, which uses one core, so two files
 keep a 2-core machine busy. The slowest files start first (``START_FIRST``) so
-the two workers finish together. Each file's output is printed whole when it
-finishes; a file that runs past ``--timeout`` seconds is killed (with its
+the two workers finish together. The lightest files (a few seconds and programs each) share one process per
+group of ``TOGETHER``, which saves each the start of Python, JAX and pytest (1.5-2.5 s). Each process's
+output is printed whole when it finishes; a file that runs past ``--timeout`` seconds is killed (with its
 child processes) and counted as failed, so a hang can never stall CI. The exit
 status is 0 only if every file passed. ``-m EXPR`` selects tests by marker as pytest does (a file whose
 tests are all deselected counts as passed).
@@ -44,6 +45,15 @@ START_FIRST = (  # 2026-11-27, 2 at a time
     "test_strategy_references.py",  # 42 s
     "test_lowrank.py",  # 41 s
 )
+TOGETHER = (  # light files, one process per group; the others (and any file not named here) run alone
+    ("test_bench_ask_tell.py", "test_bench_coco.py", "test_bench_coco_suites.py", "test_bench_scaling.py",
+     "test_bench_strategies.py", "test_bench_suite.py", "test_bench_suite_compiles.py", "test_bench_unroll.py",
+     "test_packaging.py"),
+    ("test_collectives.py", "test_compat.py", "test_config.py", "test_gymnasium_results.py", "test_shaping.py",
+     "test_tasks_defaults.py", "test_validation.py", "test_openes_reference.py", "test_tasks_functions.py",
+     "test_train_sweep.py"),
+    ("test_common_random_numbers.py", "test_run_files.py", "test_strategy_maths.py", "test_tasks_gym.py"),
+)
 DEFAULT_TIMEOUT_S = 900
 CACHE = TESTS.parent / ".cache" / "jax"
 """The tests' compilation cache (tests/conftest.py), unless ``$ES_COMPILATION_CACHE`` names another."""
@@ -72,21 +82,36 @@ def trim_cache(directory: Path, max_bytes: int = CACHE_MAX_BYTES) -> int:
     return removed
 
 
-def ordered(files: list[Path]) -> list[Path]:
-    """``files`` with the known slow ones first, the rest in name order."""
+def ordered(files: list[Path]) -> list[tuple[Path, ...]]:
+    """``files`` as the units that run in one process each: the known slow files first, then the rest (a
+    ``TOGETHER`` group as one unit, where it holds any of them) in name order."""
     rank = {name: i for i, name in enumerate(START_FIRST)}
-    return sorted(files, key=lambda f: (rank.get(f.name, len(rank)), f.name))
+    group_of = {name: i for i, group in enumerate(TOGETHER) for name in group}
+    units, grouped = [], {}
+    for f in sorted(files, key=lambda f: (rank.get(f.name, len(rank)), f.name)):
+        if f.name in group_of:
+            if group_of[f.name] not in grouped:
+                grouped[group_of[f.name]] = []
+                units.append(grouped[group_of[f.name]])
+            grouped[group_of[f.name]].append(f)
+        else:
+            units.append([f])
+    return [tuple(unit) for unit in units]
+
+
+def label(unit: tuple[Path, ...]) -> str:
+    return " ".join(os.path.relpath(f) for f in unit)
 
 
 NOTHING_SELECTED = 5  # pytest's exit status when a file has no test that the marker expression selects
 
 
-def start(file: Path, log_dir: Path, marker: str | None = None) -> tuple[subprocess.Popen, Path, float]:
-    log = log_dir / f"{file.stem}.log"
+def start(unit: tuple[Path, ...], log_dir: Path, marker: str | None = None) -> tuple[subprocess.Popen, Path, float]:
+    log = log_dir / f"{unit[0].stem}.log"
     selection = ["-m", marker] if marker else []
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5", *selection, str(file)],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5", *selection, *map(str, unit)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,  # its own group: killed whole
         )
     return process, log, time.monotonic()
@@ -105,32 +130,32 @@ def run(files: list[Path], jobs: int, timeout_s: float, log_dir: Path, marker: s
     try:
         while pending or running:
             while pending and len(running) < jobs:
-                file = pending.pop(0)
-                running[file] = start(file, log_dir, marker)
+                unit = pending.pop(0)
+                running[unit] = start(unit, log_dir, marker)
             time.sleep(0.2)
-            for file, (process, log, began) in list(running.items()):
+            for unit, (process, log, began) in list(running.items()):
                 elapsed = time.monotonic() - began
                 if process.poll() is None and elapsed <= timeout_s:
                     continue
                 timed_out = process.poll() is None
                 if timed_out:
                     kill_group(process)
-                del running[file]
+                del running[unit]
                 ok = not timed_out and (process.returncode == 0
                                         or (marker is not None and process.returncode == NOTHING_SELECTED))
-                results[file] = (ok, elapsed)
+                results[unit] = (ok, elapsed)
                 verdict = "passed" if ok else f"TIMED OUT after {timeout_s:.0f} s" if timed_out else "FAILED"
-                print(f"==== {os.path.relpath(file)}: {verdict} in {elapsed:.0f} s", flush=True)
+                print(f"==== {label(unit)}: {verdict} in {elapsed:.0f} s", flush=True)
                 print(log.read_text(errors="replace").rstrip(), flush=True)
     except KeyboardInterrupt:
         for process, _, _ in running.values():
             kill_group(process)
         raise
     print("\n==== durations (s), slowest first")
-    for file, (ok, elapsed) in sorted(results.items(), key=lambda item: -item[1][1]):
-        print(f"{elapsed:7.0f}  {'ok  ' if ok else 'FAIL'}  {os.path.relpath(file)}")
-    failed = [os.path.relpath(f) for f, (ok, _) in results.items() if not ok]
-    print(f"failed: {' '.join(failed)}" if failed else f"all {len(results)} test files passed")
+    for unit, (ok, elapsed) in sorted(results.items(), key=lambda item: -item[1][1]):
+        print(f"{elapsed:7.0f}  {'ok  ' if ok else 'FAIL'}  {label(unit)}")
+    failed = [label(unit) for unit, (ok, _) in results.items() if not ok]
+    print(f"failed: {' '.join(failed)}" if failed else f"all {sum(map(len, results))} test files passed")
     return 1 if failed else 0
 
 

@@ -18,7 +18,7 @@ import pytest
 from helpers import GENERATIONS, POPSIZE, STRATEGIES, evolve, noisy_policy_return, policy_params
 from test_host import evolve_with, host_problem
 from test_lowrank import LOW_RANK_STRATEGIES, mlp_fitness, mlp_params
-from test_sharded import COORDINATEWISE, SOURCES, fitness_reference, noisy_fitness, odd_sized_params
+from test_sharded import COORDINATEWISE, SOURCES, noisy_fitness, odd_sized_params
 from test_sharded import evolve as evolve_sharded
 
 import es
@@ -123,34 +123,38 @@ def test_a_host_fitness_gives_the_same_bits_on_any_device_count_and_number_of_wo
 
 
 # exchange="sharded": each device rebuilds a slice of every member's noise (and, for a coordinatewise strategy,
-# updates only its slice): the bits of exchange="fitness" on one device (tests/test_sharded.py has the problem,
-# 70,001 params whose last slice on 8 devices overlaps the one before it). Every strategy with PRNG noise; the
-# table with one that gathers the linear sum alone (OpenES) and one that also gathers the squared sum (SNES);
-# each other device count once.
-SHARDED_CASES = [(name, "prng", 8) for name in ("OpenES", "SNES", "PGPE", "ARS", "SepCMAES")] + [
-    ("OpenES", "table", 8), ("SNES", "table", 8), ("OpenES", "prng", 1), ("OpenES", "prng", 2), ("SNES", "prng", 4)]
+# updates only its slice, keeps its slice of the private state and gathers the new mean): the bits of
+# exchange="fitness" on one device (tests/test_sharded.py has the problem, 70,001 params whose last slice on 8
+# devices overlaps the one before it). Every strategy with PRNG noise, whole updates (OpenES with optax's Adam,
+# PGPE with ClipUp, SepCMAES) and coordinatewise ones (SNES, ARS, OpenES with es's Adam, PGPE with momentum) on
+# 8 devices; the table with a strategy that gathers the linear sum alone (OpenES), one that also gathers the
+# squared sum (SNES), and a private optimizer state beside a shared sigma (OpenES-coordinatewise, SNES); each
+# other device count once.
+SHARDED_STRATEGIES = {**{name: STRATEGIES[name] for name in ("OpenES", "SNES", "PGPE", "ARS", "SepCMAES")},
+                      "OpenES-coordinatewise": COORDINATEWISE["OpenES"], "PGPE-coordinatewise": COORDINATEWISE["PGPE"]}
+SHARDED_CASES = [(name, "prng", 8) for name in SHARDED_STRATEGIES] + [
+    (name, "table", 8) for name in ("OpenES", "SNES", "OpenES-coordinatewise")] + [
+    ("OpenES", "prng", 1), ("OpenES", "prng", 2), ("SNES", "prng", 4), ("OpenES-coordinatewise", "prng", 2),
+    ("PGPE-coordinatewise", "prng", 4)]
+
+
+def sharded_strategy(name, source):
+    return dataclasses.replace(SHARDED_STRATEGIES[name], noise=SOURCES[source])
+
+
+@functools.cache
+def fitness_reference(name, source):
+    """``exchange="fitness"`` on one device for the odd-sized params: computed (and compiled) once per module."""
+    return evolve_sharded(sharded_strategy(name, source), odd_sized_params(), 1, "fitness")
 
 
 @pytest.mark.parametrize("name, source, num_devices", SHARDED_CASES, ids=[f"{n}-{s}-{d}" for n, s, d in SHARDED_CASES])
 def test_sharded_exchange_gives_the_bits_of_fitness_exchange_on_one_device(name, source, num_devices):
-    strategy = dataclasses.replace(STRATEGIES[name], noise=SOURCES[source])
-    chex.assert_trees_all_equal(evolve_sharded(strategy, odd_sized_params(), num_devices, "sharded"),
-                                fitness_reference(name, source))
-
-
-# Each strategy with a coordinatewise update, PRNG noise, on 8 devices; the table with the two kinds of state (a
-# private optimizer state, a shared sigma); and 2 and 4 devices.
-UPDATE_CASES = [(name, "prng", 8) for name in COORDINATEWISE] + [
-    ("OpenES", "table", 8), ("SNES", "table", 8), ("OpenES", "prng", 2), ("PGPE", "prng", 4)]
-
-
-@pytest.mark.parametrize("name, source, num_devices", UPDATE_CASES, ids=[f"{n}-{s}-{d}" for n, s, d in UPDATE_CASES])
-def test_a_sharded_coordinatewise_update_gives_the_bits_of_fitness_exchange_on_one_device(name, source, num_devices):
-    strategy = dataclasses.replace(COORDINATEWISE[name], noise=SOURCES[source])
+    strategy = sharded_strategy(name, source)
+    assert strategy.coordinatewise == (name in ("SNES", "ARS") or name.endswith("-coordinatewise"))
     state = strategy.init(jax.random.key(0), odd_sized_params())
     _, resolved = execution.check_evolve_args(strategy, es.fitness.adapter(noisy_fitness), state, 1,
                                               es.make_mesh(num_devices), "sharded")
-    assert strategy.coordinatewise and resolved.shard_update
-    chex.assert_trees_all_equal(evolve_sharded(strategy, odd_sized_params(), num_devices, "sharded", generations=3),
-                                evolve_sharded(strategy, odd_sized_params(), 1, "fitness", generations=3))
-
+    assert resolved.shard_update == (strategy.coordinatewise and num_devices > 1)
+    chex.assert_trees_all_equal(evolve_sharded(strategy, odd_sized_params(), num_devices, "sharded"),
+                                fitness_reference(name, source))

@@ -65,6 +65,15 @@ def test_a_hanging_file_is_killed_with_its_children_at_the_timeout(tmp_path):
     assert not sleepers.strip(), f"the hanging file's processes outlived the timeout: {sleepers}"
 
 
+def test_light_files_named_together_share_one_process_and_the_others_run_alone():
+    names = ("test_zzz_new.py", "test_validation.py", "test_invariance.py", "test_compat.py")
+    assert {"test_compat.py", "test_validation.py"} <= set(runner.TOGETHER[1])
+    assert runner.ordered([Path(n) for n in names]) == [
+        (Path("test_invariance.py"),), (Path("test_compat.py"), Path("test_validation.py")), (Path("test_zzz_new.py"),)]
+    together = {name for group in runner.TOGETHER for name in group}
+    assert not together & set(runner.START_FIRST) and all((runner.TESTS / name).is_file() for name in together)
+
+
 def test_the_tests_cache_is_trimmed_to_its_limit_least_recently_written_first(tmp_path):
     for age, name in enumerate(["old-cache", "sub/older-than-new.pkl", "new-cache"]):
         path = tmp_path / name

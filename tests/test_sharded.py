@@ -1,7 +1,6 @@
 """exchange="sharded": each device rebuilds a slice of the coordinates of every member's noise, with the bits
 of exchange="fitness" on 1, 2, 4 and 8 devices; what each mode moves and computes (es.exchange_report)."""
 
-import dataclasses
 import functools
 
 import chex
@@ -38,13 +37,6 @@ def noisy_fitness(params, key):
 def evolve(strategy, params, num_devices, exchange, generations=2, fitness_fn=noisy_fitness):
     state = strategy.init(jax.random.key(0), params)
     return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices), exchange=exchange)
-
-
-@functools.cache
-def fitness_reference(name, source):
-    """``exchange="fitness"`` on one device for odd-sized params: computed (and compiled) once per module."""
-    strategy = dataclasses.replace(STRATEGIES[name], noise=SOURCES[source])
-    return evolve(strategy, odd_sized_params(), 1, "fitness")
 
 
 @pytest.mark.parametrize("dim", [1, 7, 1000, 100_003])

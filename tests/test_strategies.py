@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import STRATEGIES, rastrigin, sphere
+from helpers import FAIL_ALL_ABOVE, STRATEGIES, nan_for_some_members, rastrigin, sphere
 from test_validation import raises
 
 import es
@@ -31,13 +31,6 @@ def test_only_popsize_sized_vectors_cross_devices_at_100k_params_on_8_devices(na
     assert report.total_bytes <= 4 * strategy.popsize + 64, str(report)
 
 
-def nan_for_some_members(x, key):
-    """Sphere, but NaN or +-inf for about a third of the members."""
-    draw = jax.random.uniform(key)
-    value = -jnp.sum(x**2)
-    return jnp.where(draw < 0.1, jnp.nan, jnp.where(draw < 0.2, jnp.inf, jnp.where(draw < 0.3, -jnp.inf, value)))
-
-
 def all_finite(tree) -> bool:
     return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact))
 
@@ -48,12 +41,16 @@ def test_nan_and_inf_fitnesses_never_make_the_state_non_finite(name):
     strategy = STRATEGIES[name]
     state, metrics = evolve(strategy, nan_for_some_members, jnp.ones(20), 30, num_devices=8)
     assert all_finite((state.params, state.strategy_state))
-    assert int(np.asarray(metrics["num_invalid"]).sum()) > 0
+    invalid = np.asarray(metrics["num_invalid"])
+    assert invalid.sum() > 0 and np.all(invalid < strategy.popsize)
+    assert np.all(np.isfinite(np.asarray(metrics["fitness_mean"])))  # over the valid members
     assert float(jnp.sum(state.params**2)) < 20.0  # still learns: started at 20
-    # A generation where every member fails changes nothing.
-    failed, failed_metrics = es.evolve(strategy, lambda x, k: jnp.nan, state, 2)
-    chex.assert_trees_all_equal((failed.params, failed.strategy_state), (state.params, state.strategy_state))
+    # Generations where every member fails change nothing (the same program, from a mean where all fail).
+    failing = state._replace(params=jnp.asarray(np.asarray(state.params)).at[0].set(10 * FAIL_ALL_ABOVE))
+    failed, failed_metrics = es.evolve(strategy, nan_for_some_members, failing, 30, mesh=es.make_mesh(8))
+    chex.assert_trees_all_equal((failed.params, failed.strategy_state), (failing.params, failing.strategy_state))
     assert np.all(np.asarray(failed_metrics["num_invalid"]) == strategy.popsize)
+    assert np.all(np.isnan(np.asarray(failed_metrics["fitness_mean"])))
 
 
 def quantized_sphere(x, key):
