@@ -49,6 +49,7 @@ class Field(NamedTuple):
     default: Any
     help: str
     choices: Callable[[], list[str]] | None = None
+    accepts: Callable[[str], bool] | None = None  # a quicker membership test than listing the choices
 
 
 DEFAULT_STRATEGY = "OpenES"
@@ -78,6 +79,12 @@ def _task_names() -> list[str]:
     return tasks.names()
 
 
+def _is_task_name(name: str) -> bool:
+    import tasks
+
+    return tasks.is_name(name)
+
+
 def _run_default(name: str) -> Any:
     """The default of ``es.run``'s keyword argument ``name``."""
     import es
@@ -87,7 +94,7 @@ def _run_default(name: str) -> Any:
 
 SCHEMA: dict[str, dict[str, Field] | None] = {
     "task": {
-        "name": Field("choice", REQUIRED, "the task, one of tasks.names()", _task_names),
+        "name": Field("choice", REQUIRED, "the task, one of tasks.names()", _task_names, _is_task_name),
         "options": Field("mapping", {}, "keyword options of tasks.make(name, **options)"),
     },
     "strategy": None,  # derived from the strategy's dataclass: strategy_schema(name)
@@ -348,6 +355,8 @@ def _check_value(where: str, field: Field, value: Any) -> Any:
             raise ConfigError(f"{where} must be true or false ({field.help}), got {value!r}.")
         return value
     if kind == "choice":
+        if isinstance(value, str) and field.accepts is not None and field.accepts(value):
+            return value
         choices = field.choices()
         if not isinstance(value, str) or value not in choices:
             raise ConfigError(f"{where}: {value!r} is not valid; valid choices: {choices}{_suggest(value, choices)}")

@@ -5,12 +5,12 @@
     fitness = task.fitness(params, key)  # jittable, vmappable scalar; higher is better
 
 ``task.fitness`` can be passed directly to ``es.evolve`` as ``fitness_fn``;
-``tasks.names()`` lists every name ``make`` accepts and ``tasks.options(name)``
-the options of one. ``tasks.default_strategy(task)`` is the recommended
-``es.OpenES`` for a task. See docs/tasks.md.
+``tasks.names()`` lists every name ``make`` accepts (``tasks.is_name(name)`` checks one, without importing
+gymnax for a name registered in ``tasks``) and ``tasks.options(name)`` the options of one.
+``tasks.default_strategy(task)`` is the recommended ``es.OpenES`` for a task. See docs/tasks.md.
 """
 
-from tasks.registry import make, names, options, register, register_family
+from tasks.registry import is_name, make, names, options, register, register_family
 from tasks import functions as _functions  # noqa: F401  (registers the benchmark functions)
 from tasks import bbob as _bbob  # noqa: F401  (registers the BBOB-style functions)
 from tasks import envs as _envs  # noqa: F401  (registers every gymnax environment, lazily)
@@ -37,6 +37,7 @@ __all__ = [
     "ObsStats",
     "Rollouts",
     "default_strategy",
+    "is_name",
     "make",
     "names",
     "options",

@@ -47,6 +47,12 @@ def names() -> list[str]:
     return sorted(found)
 
 
+def is_name(name: str) -> bool:
+    """Whether ``tasks.make`` accepts ``name``; a registered name is found without listing the families (which
+    would import gymnax, about a second)."""
+    return name in _FACTORIES or any(name in list_names() for list_names, _ in _FAMILIES)
+
+
 def options(name: str) -> list[str]:
     """The keyword options of task ``name``."""
     return _options(_lookup(name))

@@ -1,5 +1,9 @@
 """Experiment configs: defaults, --set overrides with YAML values, and errors that name the key and the choices."""
 
+import pathlib
+import subprocess
+import sys
+
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -13,6 +17,16 @@ TINY = {"task": {"name": "sphere", "options": {"dim": 4}}, "strategy": {"popsize
 
 def resolved(overrides=(), raw=TINY):
     return config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(raw), list(overrides)))
+
+
+def test_a_registered_task_is_resolved_and_built_without_importing_gymnax():
+    """The CLI's config check finds "sphere" without listing gymnax's environments (about a second to import)."""
+    code = ("import sys; from experiments import config as c\n"
+            "task, _ = c.build(c.resolve({'task': {'name': 'sphere'}, 'strategy': {'popsize': 8}}))\n"
+            "import tasks; print(task.dim, tasks.is_name('sphere'), 'gymnax' in sys.modules, tasks.is_name('spher'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.split()
+    assert out[1:] == ["True", "False", "False"], out
 
 
 def test_resolve_fills_every_default_and_builds_the_strategy():
