@@ -38,10 +38,9 @@ def one_device(case: str):
 
 
 def static_config_fitness(params, key, horizon, use_bonus, shape):
-    """Python values closed over (a shape, a loop count, a flag) must stay static on any mesh."""
-    del key
+    """Python values closed over (a shape, a loop count, a flag) must stay static on any mesh; uses its key."""
     x = params["w1"].reshape(shape)
-    total = jnp.zeros(())
+    total = 0.01 * jax.random.normal(key)
     for _ in range(horizon):
         total = total - jnp.sum(x**2)
     return total + (1.0 if use_bonus else 0.0)
@@ -67,24 +66,23 @@ CASES = {
     # every strategy, PRNG noise, exchange="fitness", a JAX fitness that uses its key
     **{name: rollout(strategy) for name, strategy in STRATEGIES.items()},
     "CMAES": lambda: (es.CMAES(popsize=POPSIZE, sigma=0.5), weighted_noisy_sphere, jnp.linspace(-1.0, 1.0, 20), {}),
-    # the noise table, for a strategy that sums the noise alone and one that also sums its squares
-    "OpenES-table": rollout(dataclasses.replace(STRATEGIES["OpenES"], noise=TABLE)),
-    "SNES-table": rollout(dataclasses.replace(STRATEGIES["SNES"], noise=TABLE)),
+    # the noise table, for a strategy that sums the noise alone (without antithetic pairs, with micro-batches
+    # smaller than a device's share) and one that also sums its squares (with pairs)
+    "OpenES-table-batched": rollout(es.OpenES(popsize=POPSIZE, sigma=0.1, antithetic=False, fitness_shaping="z_score",
+                                              noise=TABLE), eval_batch_size=2, update_batch_size=5),
+    "SNES-antithetic-table": rollout(dataclasses.replace(STRATEGIES["SNES-antithetic"], noise=TABLE)),
     # low-rank noise: every strategy that takes it, factored; materialised with one
     **{f"{name}-lowrank-factored": (lambda name=name: (
         LOW_RANK_STRATEGIES[name](es.LowRankNoise(rank=2, factored=True)), mlp_fitness, mlp_params(), {}))
        for name in LOW_RANK_STRATEGIES},
     "OpenES-lowrank-materialised": lambda: (
         LOW_RANK_STRATEGIES["OpenES"](es.LowRankNoise(rank=2)), mlp_fitness, mlp_params(), {}),
-    # the execution: no antithetic pairs, micro-batches smaller than a device's share
-    "OpenES-batched": rollout(es.OpenES(popsize=POPSIZE, sigma=0.1, antithetic=False, fitness_shaping="z_score"),
-                              eval_batch_size=2, update_batch_size=5),
-    # fitness kinds: common random numbers (a generation, a pair), a stateful fitness, Python config
+    # fitness kinds: common random numbers (a generation; a pair, of a fitness whose Python config stays static),
+    # a stateful fitness
     "OpenES-crn-generation": rollout(STRATEGIES["OpenES"], es.CommonRandomNumbers(noisy_policy_return)),
-    "OpenES-crn-pair": rollout(STRATEGIES["OpenES"], es.CommonRandomNumbers(noisy_policy_return, "pair")),
+    "OpenES-crn-pair-static-config": rollout(STRATEGIES["OpenES"], es.CommonRandomNumbers(functools.partial(
+        static_config_fitness, horizon=3, use_bonus=True, shape=(8, 16)), "pair")),
     "OpenES-stateful": lambda: (STRATEGIES["OpenES"], counting_fitness(), policy_params(), {}),
-    "OpenES-static-config": rollout(STRATEGIES["OpenES"], functools.partial(
-        static_config_fitness, horizon=3, use_bonus=True, shape=(8, 16))),
 }
 
 
