@@ -29,21 +29,23 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 # The slowest files, slowest first: measured by this runner on a fresh clone, 2 cores, 2 at a time.
-START_FIRST = (  # 2026-11-27, 2 at a time
-    "test_invariance.py",  # 237 s
-    "test_train_cli.py",  # 114 s
-    "test_docs.py",  # 112 s
-    "test_distributed.py",  # 111 s
-    "test_strategies.py",  # 95 s
-    "test_sweep.py",  # 92 s
-    "test_sharded.py",  # 86 s
-    "test_docs_guides.py",  # 85 s
-    "test_tasks_envs.py",  # 69 s
-    "test_noise.py",  # 55 s
-    "test_docs_concepts.py",  # 52 s
-    "test_host.py",  # 48 s
-    "test_strategy_references.py",  # 42 s
-    "test_lowrank.py",  # 41 s
+START_FIRST = (  # 2026-11-28, 2 at a time; a file of a TOGETHER group places its group
+    "test_invariance.py",  # 191 s
+    "test_distributed.py",  # 114 s
+    "test_docs.py",  # 100 s
+    "test_train_cli.py",  # 86 s
+    "test_sweep.py",  # 84 s
+    "test_strategies.py",  # 79 s
+    "test_sharded.py",  # 75 s
+    "test_tasks_envs.py",  # 64 s
+    "test_docs_guides.py",  # 61 s
+    "test_tasks_gym.py",  # its group: 56 s
+    "test_host.py",  # 44 s
+    "test_noise.py",  # 43 s
+    "test_validation.py",  # its group: 43 s
+    "test_strategy_references.py",  # 40 s
+    "test_docs_concepts.py",  # 37 s
+    "test_lowrank.py",  # 35 s
 )
 TOGETHER = (  # light files, one process per group; the others (and any file not named here) run alone
     ("test_bench_ask_tell.py", "test_bench_coco.py", "test_bench_coco_suites.py", "test_bench_scaling.py",
@@ -83,20 +85,15 @@ def trim_cache(directory: Path, max_bytes: int = CACHE_MAX_BYTES) -> int:
 
 
 def ordered(files: list[Path]) -> list[tuple[Path, ...]]:
-    """``files`` as the units that run in one process each: the known slow files first, then the rest (a
-    ``TOGETHER`` group as one unit, where it holds any of them) in name order."""
+    """``files`` as the units that run in one process each (a ``TOGETHER`` group that holds any of them is one
+    unit): the units with a file in ``START_FIRST`` first, in its order, then the rest in name order."""
     rank = {name: i for i, name in enumerate(START_FIRST)}
     group_of = {name: i for i, group in enumerate(TOGETHER) for name in group}
-    units, grouped = [], {}
-    for f in sorted(files, key=lambda f: (rank.get(f.name, len(rank)), f.name)):
-        if f.name in group_of:
-            if group_of[f.name] not in grouped:
-                grouped[group_of[f.name]] = []
-                units.append(grouped[group_of[f.name]])
-            grouped[group_of[f.name]].append(f)
-        else:
-            units.append([f])
-    return [tuple(unit) for unit in units]
+    units: dict[object, list[Path]] = {}
+    for f in sorted(files, key=lambda f: f.name):
+        units.setdefault(("group", group_of[f.name]) if f.name in group_of else f, []).append(f)
+    return sorted((tuple(unit) for unit in units.values()),
+                  key=lambda unit: (min(rank.get(f.name, len(rank)) for f in unit), unit[0].name))
 
 
 def label(unit: tuple[Path, ...]) -> str:

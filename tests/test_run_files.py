@@ -66,12 +66,15 @@ def test_a_hanging_file_is_killed_with_its_children_at_the_timeout(tmp_path):
 
 
 def test_light_files_named_together_share_one_process_and_the_others_run_alone():
-    names = ("test_zzz_new.py", "test_validation.py", "test_invariance.py", "test_compat.py")
+    names = ("test_zzz_new.py", "test_validation.py", "test_invariance.py", "test_compat.py", "test_aaa_new.py")
     assert {"test_compat.py", "test_validation.py"} <= set(runner.TOGETHER[1])
-    assert runner.ordered([Path(n) for n in names]) == [
-        (Path("test_invariance.py"),), (Path("test_compat.py"), Path("test_validation.py")), (Path("test_zzz_new.py"),)]
-    together = {name for group in runner.TOGETHER for name in group}
-    assert not together & set(runner.START_FIRST) and all((runner.TESTS / name).is_file() for name in together)
+    assert runner.START_FIRST.index("test_invariance.py") < runner.START_FIRST.index("test_validation.py")
+    assert runner.ordered([Path(n) for n in names]) == [  # a group goes where its first START_FIRST file puts it
+        (Path("test_invariance.py"),), (Path("test_compat.py"), Path("test_validation.py")),
+        (Path("test_aaa_new.py"),), (Path("test_zzz_new.py"),)]
+    together = [name for group in runner.TOGETHER for name in group]
+    assert len(together) == len(set(together)) and all((runner.TESTS / name).is_file() for name in together)
+    assert all((runner.TESTS / name).is_file() for name in runner.START_FIRST)
 
 
 def test_the_tests_cache_is_trimmed_to_its_limit_least_recently_written_first(tmp_path):
