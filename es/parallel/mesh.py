@@ -30,6 +30,10 @@ def make_mesh(num_devices: int | None = None, popsize: int | None = None) -> Mes
     multiple of the number of processes (every process takes part), and a
     given ``num_devices`` must divide ``popsize``. This is the mesh policy of
     ``python -m experiments.train`` (``run.num_devices``).
+
+    The axis is ``AxisType.Auto`` (``jax.make_mesh``'s default is Explicit):
+    what ``evolve`` returns, replicated on the mesh, then works in eager code
+    with values on one device (``state.params.at[0].set(1.0)``).
     """
     devices = jax.devices()
     if popsize is not None:
