@@ -12,6 +12,7 @@ import pytest
 
 import es
 import tasks
+from helpers import programs_built
 from tasks import envs, obs_norm
 from tasks.policies import BoxHead, DiscreteHead, GaussianHead
 
@@ -74,6 +75,16 @@ def test_every_registered_gymnax_env_id_is_a_task_with_a_scalar_fitness(monkeypa
             assert task.obs_norm == (task.obs_categories == 0), env_id
     finally:
         envs.make_env.cache_clear()
+
+
+def test_an_eager_held_out_evaluation_is_one_program_with_the_bits_of_a_jitted_one():
+    task = tasks.make("CartPole-v1", hidden_sizes=(16,), num_episodes=2)
+    params, key, state = task.init_params(jax.random.key(1)), jax.random.key(2), task.init_fitness_state()
+    held_out = task.held_out(3)
+    with programs_built() as built:
+        value = held_out.mean_return(params, key, state)
+    assert built == ["jit(_mean_return)"]
+    assert np.asarray(value).tobytes() == np.asarray(jax.jit(held_out.mean_return)(params, key, state)).tobytes()
 
 
 def test_env_ids_registered_after_import_are_accepted():
