@@ -215,10 +215,11 @@ def test_which_strategies_update_coordinatewise():
     assert not es.optimizers.is_coordinatewise(es.optimizers.make("adamw", learning_rate=0.1, mask={"w": True}))
 
 
-@pytest.mark.parametrize("strategy, size", [(STRATEGIES["OpenES"], 12_501), (es.OpenES(popsize=64, sigma=0.1), 13_312)],
+@pytest.mark.parametrize("strategy, size", [(STRATEGIES["OpenES"], 12_501), (COORDINATEWISE["OpenES"], 13_312)],
                          ids=["sums", "coordinatewise"])
 def test_exchange_report_models_the_bytes_the_compiled_program_moves(strategy, size):
-    """Slices of ceil(D / n) coordinates, or of a multiple of 1,024 for a coordinatewise update (the default Adam)."""
+    """Slices of ceil(D / n) coordinates, or of a multiple of 1,024 for a coordinatewise update (es's Adam; the
+    programs of test_sharded_coordinatewise_update_gathers_the_new_mean_instead_of_the_sums's OpenES)."""
     state = strategy.init(jax.random.key(0), jnp.zeros(100_003))
     report = es.exchange_report(strategy, sphere, state, es.make_mesh(8))
     assert report.auto == "sharded"

@@ -24,9 +24,10 @@ def evolve(strategy, fitness_fn, params, generations, num_devices=1, seed=0):
 @pytest.mark.slow
 def test_only_popsize_sized_vectors_cross_devices_at_100k_params_on_8_devices(name):
     strategy = STRATEGIES[name]
-    state = strategy.init(jax.random.key(0), jnp.zeros(100_000))
-    report = es.collectives_report(strategy, sphere, state, es.make_mesh(8))
-    assert report.crossing, "the fitness exchange must appear"
+    params = {"w": jnp.zeros((250, 400)), "b": jnp.zeros(10)}  # 100,010 params in two leaves
+    report = es.collectives_report(strategy, sphere, strategy.init(jax.random.key(0), params), es.make_mesh(8))
+    assert report.num_devices == 8 and report.crossing, "the fitness exchange must appear"
+    assert "all-gather" in {c.op for c in report.crossing}, str(report)
     assert all(c.bytes <= 4 * strategy.popsize for c in report.crossing), str(report)
     assert report.total_bytes <= 4 * strategy.popsize + 64, str(report)
 
