@@ -226,15 +226,22 @@ def test_a_sigma_factor_gives_in_the_same_call_the_members_of_the_state_with_sig
         assert built == []
 
 
-def test_the_loops_program_takes_the_faster_compiling_emitters_on_a_cpu_below_min_slice_only():
+def test_the_loops_program_takes_the_faster_compiling_options_on_a_cpu_for_small_programs_only():
     assert loop.compiler_options(3, "cpu") == loop.COMPILER_OPTIONS == {"xla_cpu_use_fusion_emitters": False}
     assert loop.compiler_options(es.noise.MIN_SLICE - 1, "cpu") == loop.COMPILER_OPTIONS
     assert loop.compiler_options(es.noise.MIN_SLICE, "cpu") is None  # the loop emitters' large sums run slower
     assert loop.compiler_options(3, "gpu") is None and loop.compiler_options(3, "tpu") is None
+    # and without XLA's backend optimisation where params x popsize is small (the README example's 3 x 7 to 3 x 56)
+    unoptimized = {**loop.COMPILER_OPTIONS, "xla_backend_optimization_level": 0}
+    assert loop.compiler_options(3, "cpu", popsize=56) == loop.compiler_options(16, "cpu", popsize=16) == unoptimized
+    assert loop.compiler_options(3, "cpu", popsize=112) == loop.compiler_options(40, "cpu", popsize=15) \
+        == loop.COMPILER_OPTIONS
+    assert loop.compiler_options(3, "gpu", popsize=7) is None
 
 
 def test_an_xla_without_the_option_compiles_the_loop_with_its_defaults(monkeypatch):
     monkeypatch.setattr(executable_cache, "directory", lambda: None)  # compiled here, never loaded
+    monkeypatch.setattr(loop, "SMALL_WORK", 0)  # COMPILER_OPTIONS alone
     with float64():
         monkeypatch.setattr(loop, "COMPILER_OPTIONS", {"xla_cpu_no_such_option": False})  # as XLA would refuse it
         fallback = readme_loop(loop.Loop.compile(README_FIRST_RUN, jnp.full(3, 3.0)))

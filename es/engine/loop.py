@@ -16,7 +16,9 @@ generation as fast. The two round some fused operations differently, so a run ma
 from one compiled with the defaults (of the runs checked, a CMA-ES run on 8 params from its first covariance
 update and a noisy run on 4; the README example and plain runs on 3 to 6 params did not: docs/benchmarks.md).
 Above ``MIN_SLICE`` the loop emitters' member-ordered sums run slower, so the defaults stay; an XLA without
-the option compiles with its defaults.
+the option compiles with its defaults. Where params x popsize is at most ``SMALL_WORK`` (the first popsizes of
+a run on a few params) XLA's backend optimisation is off too: about 30% less compile time again, a generation as
+fast, and other last bits than optimised code.
 
 A program is a function of the strategy's program and the params' shapes and dtypes alone, so a later process
 loads it by those from ``es.executable_cache`` (where JAX's persistent cache is on) without tracing it.
@@ -40,12 +42,20 @@ from es.strategies.base import State, Strategy
 
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 """XLA's options for a loop's program on a CPU below ``MIN_SLICE`` params: the loop emitters, which compile faster."""
+SMALL_WORK = 256
+"""At most this many ``params x popsize``, the loop's program is also compiled without XLA's backend optimisation
+(``xla_backend_optimization_level`` 0): about 30% less compile time, and a generation as fast at such sizes
+(docs/benchmarks.md: slower above, e.g. +33% at 40 params and popsize 15)."""
 
 
-def compiler_options(dim: int, backend: str) -> dict | None:
+def compiler_options(dim: int, backend: str, popsize: int | None = None) -> dict | None:
     """``COMPILER_OPTIONS`` for a program over ``dim`` params on ``backend`` (``jax.default_backend()``), or
-    ``None`` (XLA's defaults): on a CPU below ``MIN_SLICE`` params only."""
-    return dict(COMPILER_OPTIONS) if backend == "cpu" and dim < MIN_SLICE else None
+    ``None`` (XLA's defaults): on a CPU below ``MIN_SLICE`` params only; with the optimisation level 0 too where
+    ``dim * popsize <= SMALL_WORK``."""
+    if backend != "cpu" or dim >= MIN_SLICE:
+        return None
+    small = popsize is not None and dim * popsize <= SMALL_WORK
+    return {**COMPILER_OPTIONS, "xla_backend_optimization_level": 0} if small else dict(COMPILER_OPTIONS)
 
 
 LOOP_CRITERIA = stopping.StopCriteria()
@@ -98,7 +108,7 @@ class Loop:
         on where JAX's persistent cache is). Safe on another thread, so a driver can compile the next run's
         while this one runs."""
         leaves = jax.tree.leaves(params)
-        options = compiler_options(sum(np.size(a) for a in leaves), jax.default_backend())
+        options = compiler_options(sum(np.size(a) for a in leaves), jax.default_backend(), strategy.popsize)
         configuration = ("es.engine.loop.Loop", strategy.program(), repr(jax.tree.structure(params)),
                          tuple((np.shape(a), str(jax.dtypes.canonicalize_dtype(a.dtype))) for a in leaves), options)
         return executable_cache.load_or_compile(configuration, lambda: Loop._compiled(strategy, params, options),
