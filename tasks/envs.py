@@ -102,12 +102,12 @@ class MemberStats(NamedTuple):
     obs_stats: obsnorm.ObsStats | None
 
 
-
 @functools.partial(jax.jit, static_argnums=0)
 def _mean_return(task: EnvTask, params: PyTree, key: jax.Array, stats: obsnorm.ObsStats | None) -> jax.Array:
     """``task.mean_return`` as one program (called eagerly, the rollout's vmapped while loop and the policy's
     operations were each a program of their own: 23 to compile for a held-out Pendulum evaluation)."""
     return jnp.mean(task.rollout(params, key, stats).returns)
+
 
 def update_fitness_state(fitness_state: EnvFitnessState, stats: MemberStats) -> EnvFitnessState:
     """Fold the population's ``MemberStats`` (leading axis popsize, member order) into the fitness state."""
