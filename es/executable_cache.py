@@ -136,7 +136,7 @@ def load(name: str, fun_name: str = ""):
         return None
     try:
         payload, in_tree, out_tree, calls, device_ids = pickle.loads(data)
-        if any(call.startswith("lapack_") for call in calls):
+        if any(call.startswith(PREPARED_CALLS) for call in calls):
             _bind_lapack()
         devices = {device.id: device for device in jax.devices()}
         compiled = serialize_executable.deserialize_and_load(
