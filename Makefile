@@ -1,6 +1,4 @@
-# `make demo` and `make test` each create .venv on first use (Python 3.11+ only). `--no-compile`: pip leaves
-# the packages' bytecode to their first import, which writes it for the modules used (the install takes 11
-# instead of 26 s; the first `make test` pays about 3 s for the modules it imports).
+# `make demo` and `make test` each create .venv on first use (Python 3.11+ only).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e ".[tasks,experiments,dev,docs,gymnasium]"
+	$(PY) -m pip install --quiet -e ".[tasks,experiments,dev,docs,gymnasium]"
 	touch $(STAMP)
 
 install: $(STAMP)
