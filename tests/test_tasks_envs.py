@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import programs_built
 
 import es
 import tasks
-from helpers import programs_built
 from tasks import envs, obs_norm
 from tasks.policies import BoxHead, DiscreteHead, GaussianHead
 

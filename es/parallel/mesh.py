@@ -49,8 +49,6 @@ def make_mesh(num_devices: int | None = None, popsize: int | None = None) -> Mes
             f"make_mesh(num_devices={num_devices}): only {len(devices)} "
             f"{devices[0].platform.upper()} device(s) are available. {EMULATE_HINT}"
         )
-    # Auto axes (JAX's default is Explicit): arrays replicated on this mesh then mix with single-device values in
-    # eager code, e.g. ``state.params.at[0].set(1.0)`` on what evolve returned, which Explicit axes refuse.
     return jax.make_mesh((int(num_devices),), (POPULATION_AXIS,), devices=_mesh_devices(devices, int(num_devices)),
                          axis_types=(jax.sharding.AxisType.Auto,))
 
