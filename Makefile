@@ -18,8 +18,8 @@ demo: $(STAMP)
 	$(PY) -m experiments.train experiments/configs/demo.yaml
 
 # tests/run_files.py: one pytest process per test file, or per group of light files (in one process for the
-# whole suite, XLA's CPU compiler crashed after a few hundred compilations), two at a time (most of a file's
-# time is XLA compiling on one core), each bounded by a timeout; every file runs, the exit status says.
+# whole suite, XLA's CPU compiler crashed after a few hundred compilations), two at a time (three took more
+# CPU and more time), each bounded by a timeout; every file runs, the exit status says.
 test: $(STAMP)
 	$(PY) tests/run_files.py --jobs 2
 	$(PY) -m mkdocs build --strict --quiet

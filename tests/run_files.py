@@ -7,8 +7,8 @@
 Why one process per file: in a single process for the whole suite, XLA's CPU
 compiler crashed (SIGSEGV/SIGABRT inside ``backend_compile``) after a few
 hundred earlier compilations, while every file passes alone. Why two at a
-time: most of a file's time is XLA compiling, which uses one core, so two files
-keep a 2-core machine busy. The slowest files start first (``START_FIRST``) so
+time: two files keep a 2-core machine 94% busy (XLA compiles a program on up to
+two threads); three took more CPU and more time (docs/benchmarks.md). The slowest files start first (``START_FIRST``) so
 the two workers finish together. The lightest files (a few seconds and programs each) share one process per
 group of ``TOGETHER``, which saves each the start of Python, JAX and pytest (1.5-2.5 s). Each process's
 output is printed whole when it finishes; a file that runs past ``--timeout`` seconds is killed (with its
