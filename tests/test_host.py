@@ -86,7 +86,7 @@ def test_a_host_generation_runs_no_collective_until_its_fitnesses_are_on_the_dev
     # The members program (run while nothing is evaluated) has no collective; the update program takes the
     # fitnesses as its input, so it starts once the host has evaluated every member of every device.
     from es.engine import host_loop
-    from es.parallel.distributed import replicate
+    from es.parallel.global_arrays import replicate
 
     mesh = es.make_mesh(2)
     state = replicate(initial_state(), mesh)

@@ -21,7 +21,7 @@ from es.engine.generation import generation_step
 from es.engine.partition import BLOCK, Partition
 from es.fitness import Fitness, adapter
 from es.noise import Layout
-from es.parallel.distributed import replicate
+from es.parallel.global_arrays import replicate
 from es.strategies.base import State, Strategy
 
 PyTree = Any

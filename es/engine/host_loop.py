@@ -39,7 +39,7 @@ from es.engine.members import member_seed
 from es.fitness import Fitness, FitnessError, Fitnesses, GivenFitness, from_host
 from es.noise import Layout
 from es.parallel import distributed
-from es.parallel.distributed import replicate
+from es.parallel.global_arrays import replicate
 from es.strategies.base import State, Strategy
 
 PyTree = Any

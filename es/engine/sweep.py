@@ -57,7 +57,7 @@ from es.engine.execution import Execution, check_evolve_args, check_state
 from es.engine.generation import evaluate_local, generation_step, this_generation
 from es.fitness import Fitness, GivenFitness, adapter
 from es.noise import Layout
-from es.parallel.distributed import replicate
+from es.parallel.global_arrays import replicate
 from es.strategies.base import TRACED, State, Strategy
 
 PyTree = Any

@@ -21,7 +21,7 @@ from es.engine import execution as engine_execution
 from es.engine import update as engine_update
 from es.engine.generation import evaluates_pairs
 from es.engine.partition import BLOCK, Partition
-from es.parallel.distributed import replicate
+from es.parallel.global_arrays import replicate
 from es.fitness import adapter
 from es.parallel.mesh import resolve_mesh
 from es.noise.layout import Layout
