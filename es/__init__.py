@@ -35,7 +35,8 @@ from es.parallel.collectives import (
 from es.parallel.distributed import is_writer
 from es.parallel.mesh import POPULATION_AXIS, make_mesh
 from es.runs import checkpoint
-from es.runs.checkpoint import CheckpointError, CheckpointWarning, load_params
+from es.runs.checkpoint import CheckpointError, CheckpointWarning
+from es.runs.params_file import load_params
 from es.runs.run import RunResult, Segment, run, run_many
 from es.runs.storage import RunDirError
 from es.runs.seeding import init_from_seed

@@ -40,9 +40,15 @@ import numpy as np
 
 from es import compat
 from es.runs import orbax_noise, storage
+from es.runs.host_arrays import KEY_DTYPE_PREFIX, digest, host_leaves, signature, state_digest, to_numpy
+from es.runs.params_file import load_params, save_params
 from es.strategies.base import State
 
-PyTree = Any
+__all__ = [  # es.checkpoint; the names now in host_arrays and params_file stay importable from here
+    "FORMAT", "OLDER_FORMATS", "Checkpoint", "CheckpointError", "CheckpointWarning", "Checkpointer",
+    "CorruptCheckpointError", "describe_difference", "load_params", "save_params", "signature", "state_digest",
+    "to_numpy",
+]
 
 # 2: es.State (params, strategy_state, ...) and the run identity in "config".
 # 3: the record's own checksum ("record_sha256"); OpenES/PGPE optimizer states over one flat float vector.
@@ -56,7 +62,6 @@ OLDER_FORMATS = {
 # The fields of a checkpoint's metadata record that ``restore`` reads.
 _META_FIELDS = ("format", "generation", "config", "signature", "history", "sha256", "initial_sha256")
 _RECORD_CHECKSUM = "record_sha256"
-_KEY_DTYPE_PREFIX = "key<"
 
 
 # What orbax writes into every checkpoint before renaming it into place: our two items, its step
@@ -96,58 +101,7 @@ class Checkpoint(NamedTuple):
     path: pathlib.Path
 
 
-# --------------------------------------------------------------------------- host arrays
-
-
-def to_numpy(x) -> np.ndarray:
-    """A host copy of ``x``; a replicated array of several processes gives its local copy."""
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        x = x.addressable_data(0)
-    return np.asarray(x)
-
-
-def _is_key(leaf) -> bool:
-    return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
-
-
-def _host_leaves(tree: PyTree) -> list[tuple[dict, np.ndarray]]:
-    """``(signature entry, numpy array)`` for every leaf; typed PRNG keys become their key data."""
-    out = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if _is_key(leaf):
-            entry = {"shape": list(leaf.shape), "dtype": f"{_KEY_DTYPE_PREFIX}{jax.random.key_impl(leaf)}>"}
-            array = to_numpy(jax.random.key_data(leaf))
-        else:
-            array = to_numpy(leaf)
-            entry = {"shape": list(array.shape), "dtype": str(array.dtype)}
-        out.append(({"path": jax.tree_util.keystr(path), **entry}, array))
-    return out
-
-
-def signature(tree: PyTree) -> list[dict]:
-    """Path, shape and dtype of every leaf of ``tree`` (keys as ``key<impl>``)."""
-    out = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if _is_key(leaf):
-            dtype = f"{_KEY_DTYPE_PREFIX}{jax.random.key_impl(leaf)}>"
-        else:
-            dtype = str(jnp.result_type(leaf))
-        out.append({"path": jax.tree_util.keystr(path), "shape": list(jnp.shape(leaf)), "dtype": dtype})
-    return out
-
-
-def _digest(named_arrays) -> str:
-    sha = hashlib.sha256()
-    for name, array in named_arrays:
-        array = np.ascontiguousarray(array)
-        sha.update(f"{name}|{array.dtype}|{array.shape}|".encode())
-        sha.update(array.tobytes())
-    return sha.hexdigest()
-
-
-def state_digest(state: PyTree) -> str:
-    """SHA-256 of every leaf (path, dtype, shape and bytes) of ``state``."""
-    return _digest((entry["path"], array) for entry, array in _host_leaves(state))
+# --------------------------------------------------------------------------- the record and the arrays' names
 
 
 def _record_digest(meta: dict) -> str:
@@ -157,6 +111,7 @@ def _record_digest(meta: dict) -> str:
 
 
 def _leaf_name(index: int) -> str:
+    """The name of the state's ``index``-th leaf in the ``arrays`` item."""
     return f"leaf_{index:05d}"
 
 
@@ -237,7 +192,7 @@ class Checkpointer:
         if not self.writer:
             return
         ocp = self._ocp
-        leaves = _host_leaves(state)
+        leaves = host_leaves(state)
         history = {name: np.asarray(values) for name, values in history.items()}
         generation = int(to_numpy(state.generation))
         meta = {
@@ -246,7 +201,7 @@ class Checkpointer:
             "config": config,
             "signature": [entry for entry, _ in leaves],
             "history": {name: str(values.dtype) for name, values in history.items()},
-            "sha256": _digest(
+            "sha256": digest(
                 [(entry["path"], array) for entry, array in leaves] + sorted(history.items())
             ),
             "initial_sha256": initial_digest,
@@ -343,8 +298,8 @@ class Checkpointer:
             name: np.asarray(restored["history"][name]) if meta_generation else history_targets[name]
             for name in history_dtypes
         }
-        digest = _digest([(e["path"], a) for e, a in zip(stored, arrays)] + sorted(history.items()))
-        if digest != stored_digest:
+        arrays_digest = digest([(e["path"], a) for e, a in zip(stored, arrays)] + sorted(history.items()))
+        if arrays_digest != stored_digest:
             raise CorruptCheckpointError(
                 f"checkpoint {path} is corrupt: its arrays do not match their checksum"
             )
@@ -430,22 +385,22 @@ class Checkpointer:
 
 def _stored_dtype(entry: dict) -> np.dtype:
     """The dtype a leaf is stored as: key data is uint32."""
-    if entry["dtype"].startswith(_KEY_DTYPE_PREFIX):
+    if entry["dtype"].startswith(KEY_DTYPE_PREFIX):
         return np.dtype(np.uint32)
     return np.dtype(entry["dtype"])
 
 
 def _stored_shape(entry: dict, like_leaf) -> tuple[int, ...]:
     """The shape a leaf is stored as: a key leaf adds its raw data's trailing axes (``[2]`` for threefry)."""
-    if entry["dtype"].startswith(_KEY_DTYPE_PREFIX):
+    if entry["dtype"].startswith(KEY_DTYPE_PREFIX):
         return tuple(jax.random.key_data(like_leaf).shape)
     return tuple(entry["shape"])
 
 
 def _from_host(entry: dict, array: np.ndarray) -> jax.Array:
     dtype = entry["dtype"]
-    if dtype.startswith(_KEY_DTYPE_PREFIX):
-        return jax.random.wrap_key_data(jnp.asarray(array), impl=dtype[len(_KEY_DTYPE_PREFIX):-1])
+    if dtype.startswith(KEY_DTYPE_PREFIX):
+        return jax.random.wrap_key_data(jnp.asarray(array), impl=dtype[len(KEY_DTYPE_PREFIX):-1])
     return jnp.asarray(array)
 
 
@@ -491,45 +446,3 @@ def describe_difference(old: Any, new: Any, old_name: str = "checkpoint", new_na
 
     walk(old, new, "")
     return "; ".join(differences) or "no difference"
-
-
-# --------------------------------------------------------------------------- final params
-
-
-def save_params(path: str | os.PathLike, params: PyTree, best_params: PyTree) -> None:
-    """Write ``params`` and ``best_params`` to one ``.npz`` file, atomically (``RunDirError`` if it cannot).
-
-    Keys are ``"params" + keystr(path)`` (e.g. ``params['w']``, or ``params``
-    for a bare array) and likewise ``best_params...``.
-    """
-    path = pathlib.Path(path)
-    arrays = {}
-    for prefix, tree in (("params", params), ("best_params", best_params)):
-        for leaf_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-            arrays[prefix + jax.tree_util.keystr(leaf_path)] = to_numpy(leaf)
-    storage.write_atomically(path, lambda f: np.savez(f, **arrays))
-
-
-def load_params(path: str | os.PathLike, like: PyTree = None, best: bool = False) -> PyTree:
-    """Params written by ``save_params`` (a run's ``params.npz``).
-
-    Args:
-      path: the ``.npz`` file.
-      like: a pytree of the params' structure (e.g. ``task.init_params(key)``);
-        ``None`` returns a dict ``keystr(path) -> array`` (or the array itself
-        when the params are a single array).
-      best: load ``best_params`` (the best member seen) instead of the mean.
-    """
-    prefix = "best_params" if best else "params"
-    with np.load(path) as data:
-        arrays = {name[len(prefix):]: data[name] for name in data.files if name.startswith(prefix)}
-    if like is None:
-        return arrays[""] if list(arrays) == [""] else arrays
-    flat, treedef = jax.tree_util.tree_flatten_with_path(like)
-    missing = [jax.tree_util.keystr(p) for p, _ in flat if jax.tree_util.keystr(p) not in arrays]
-    if missing or len(flat) != len(arrays):
-        raise ValueError(
-            f"{path} does not hold params of the structure of `like`: it has {sorted(arrays)}, "
-            f"`like` has {[jax.tree_util.keystr(p) for p, _ in flat]}."
-        )
-    return treedef.unflatten([jnp.asarray(arrays[jax.tree_util.keystr(p)]) for p, _ in flat])

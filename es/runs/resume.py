@@ -17,8 +17,9 @@ from typing import NamedTuple
 from es.parallel import distributed
 from es.parallel.distributed import is_writer
 from es.runs.checkpoint import (
-    CheckpointError, Checkpointer, CheckpointWarning, CorruptCheckpointError, describe_difference, state_digest,
+    CheckpointError, Checkpointer, CheckpointWarning, CorruptCheckpointError, describe_difference,
 )
+from es.runs.host_arrays import state_digest
 from es.runs.metrics_log import MetricsLog
 from es.runs.options import RunOptions
 from es.runs.segments import CHECKPOINTS_NAME, CORRUPT_NAME, LOG_NAME, RunDir

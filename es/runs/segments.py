@@ -25,9 +25,11 @@ import jax
 import numpy as np
 
 from es.parallel.distributed import is_writer
-from es.runs.checkpoint import CheckpointError, Checkpointer, save_params, to_numpy
+from es.runs.checkpoint import CheckpointError, Checkpointer
+from es.runs.host_arrays import to_numpy
 from es.runs.metrics_log import MetricsLog
 from es.runs.options import RunOptions
+from es.runs.params_file import save_params
 from es.runs.signals import Stopper
 from es.strategies.base import State
 
