@@ -48,11 +48,10 @@ import numpy as np
 import es
 from es import validation
 from es.engine.members import member_seed
+from es.fitness.functions import check_shared_by
 from tasks import obs_norm as obsnorm
-from tasks.envs import (
-    EnvFitnessState, MemberStats, check_episode_options, check_hidden_sizes, check_shared_by, option_pairs,
-    update_fitness_state,
-)
+from tasks.env_options import check_episode_options, check_hidden_sizes, option_pairs
+from tasks.envs import EnvFitnessState, MemberStats, update_fitness_state
 from tasks.policies import BoxHead, DiscreteHead, MLPPolicy
 from tasks.registry import make_owner, register_family
 
