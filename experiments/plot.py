@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from es.runs.metrics_log import read_metrics
-from es.runs.run import LOG_NAME
+from es.runs.segments import LOG_NAME
 from experiments import grid
 
 CURVE_NAME = "learning_curve.png"

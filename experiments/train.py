@@ -130,7 +130,7 @@ def _config_from_checkpoint(run_dir: pathlib.Path) -> dict:
     ``run.generations``). ``es.run`` then checks this config against the checkpoint it resumes from.
     """
     from es.runs.checkpoint import CheckpointError, Checkpointer
-    from es.runs.run import CHECKPOINTS_NAME
+    from es.runs.segments import CHECKPOINTS_NAME
 
     checkpointer = Checkpointer(run_dir / CHECKPOINTS_NAME, writer=False)
     try:

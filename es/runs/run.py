@@ -51,10 +51,7 @@ from es.runs.checkpoint import Checkpointer
 from es.runs.options import RunOptions, check_config, check_per_run, check_run_dir
 from es.runs.resume import open_runs
 from es.runs.storage import RunDirError
-from es.runs.segments import (  # noqa: F401  (what a run directory holds: the names es.run writes)
-    CHECKPOINTS_NAME, CORRUPT_NAME, LOG_NAME, PARAMS_NAME, TIME_NAME, Driver, RunDir, RunResult, Segment,
-    run_segments, segment_lengths,
-)
+from es.runs.segments import CHECKPOINTS_NAME, Driver, RunDir, RunResult, Segment, run_segments
 from es.strategies.base import State, Strategy
 
 # Numbers the es.run calls of this process, so that every call agrees with the other processes under its own
