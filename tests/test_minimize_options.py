@@ -273,6 +273,28 @@ def test_without_a_feasible_point_the_result_says_so_and_gives_the_least_violati
     assert result.violation == pytest.approx(result.x[0] ** 2 + 1.0) and result.violation >= 1.0
 
 
+def test_a_constraint_undefined_on_part_of_the_space_leaves_those_members_out():
+    """g = log(x_1) <= 0 is NaN where x_1 < 0: those members are invalid (as a NaN f is), before and after the
+    Lagrangian starts, and its spreads leave them out; the run reaches the constrained optimum x_1 = 1."""
+    def g(x):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.array([np.log(x[1])])
+
+    recorder = Recorder()
+    result = es.minimize(recorder, np.array([0.0, 0.5, 1.0, 0.0]), 0.5, max_evals=3000, constraints=g)
+    assert np.any(recorder.seen[:, 1] < 0)  # some members were undefined
+    assert result.feasible and result.success
+    np.testing.assert_allclose(result.x, [2.0, 1.0, 2.0, 2.0], atol=1e-3)
+    al = constraints_layer.Lagrangian(lam=np.array([2.0]), mu=np.array([4.0]))
+    undefined = np.array([[0.5], [np.nan]])
+    for lagrangian in (constraints_layer.Lagrangian(), al):
+        penalty = constraints_layer.penalties(lagrangian, undefined)
+        assert np.isfinite(penalty[0]) and np.isnan(penalty[1])
+    started = constraints_layer.started(constraints_layer.Lagrangian(), np.arange(4.0),
+                                        np.array([[1.0], [2.0], [np.nan], [-1.0]]), DIM)
+    assert np.all(np.isfinite(started.lam)) and np.all(np.isfinite(started.mu)) and started.mu[0] > 0
+
+
 def test_the_augmented_lagrangian_penalty_is_atamnas():
     al = constraints_layer.Lagrangian(lam=np.array([2.0, 0.0]), mu=np.array([4.0, 1.0]))
     g = np.array([[0.5, -1.0], [-1.0, 3.0]])

@@ -17,7 +17,9 @@ constraint handling" (FOGA 2017, Algorithm 1), with the coefficient rules of pyc
   penalised, and shrinks by ``chi^(-1/4 (1 - e))`` when fewer than 90% were feasible and ``g_i < 0``;
   ``chi = 2^(1 / (5 n))``, and ``e`` ramps up over runs of changes of one sign (longer than ``2 + m``).
 
-The coefficients carry over from one restart to the next, as pycma's ``fmin_con2`` keeps them.
+The coefficients carry over from one restart to the next, as pycma's ``fmin_con2`` keeps them. A member
+whose ``g`` holds NaN (``g`` undefined there) is invalid, as one whose ``f`` is NaN: its penalty is NaN, and
+the starting spreads leave out members whose ``g`` is not finite.
 """
 
 from __future__ import annotations
@@ -80,13 +82,16 @@ def violations(g: np.ndarray) -> np.ndarray:
 
 
 def penalties(al: Lagrangian, g: np.ndarray) -> np.ndarray:
-    """float[P]: ``h - f`` of members whose constraint values are ``g`` (float[P, m]); 0 before any start."""
+    """float[P]: ``h - f`` of members whose constraint values are ``g`` (float[P, m]); 0 before any start.
+    NaN for a member whose ``g`` holds NaN: it cannot be ranked, so the strategy counts it invalid, as it
+    does a member whose ``f`` is NaN."""
+    undefined = np.any(np.isnan(g), axis=1)
     if al.lam is None:
-        return np.zeros(g.shape[0])
+        return np.where(undefined, np.nan, 0.0)
     lam, mu = al.lam, al.mu
     with np.errstate(divide="ignore", invalid="ignore"):
         clipped = np.where(mu * g < -lam, -lam / np.where(mu > 0, mu, 1.0), g)
-    return np.sum(lam * clipped + 0.5 * mu * clipped**2, axis=1)
+        return np.where(undefined, np.nan, np.sum(lam * clipped + 0.5 * mu * clipped**2, axis=1))
 
 
 def penalised(al: Lagrangian, g: np.ndarray) -> np.ndarray:
@@ -98,11 +103,16 @@ def penalised(al: Lagrangian, g: np.ndarray) -> np.ndarray:
 
 def started(al: Lagrangian, f: np.ndarray, g: np.ndarray, dim: int) -> Lagrangian:
     """The coefficients set (or reset) from a generation's ``f`` (float[P]) and ``g`` (float[P, m]) where a
-    constraint has more than 10% infeasible members and is not settled (module docstring)."""
+    constraint has more than 10% infeasible members and is not settled (module docstring). Members whose ``g``
+    is not finite (undefined, or infinitely infeasible) are left out of the spreads."""
     if al.settled is not None and np.all(al.settled):
         return al
     if not np.all(np.isfinite(f)):
         return al
+    finite = np.all(np.isfinite(g), axis=1)
+    if np.sum(finite) < 2:
+        return al
+    f, g = f[finite], g[finite]
     m = g.shape[1]
     lam, mu, settled = (np.zeros(m), np.zeros(m), np.zeros(m, bool)) if al.lam is None else (
         al.lam.copy(), al.mu.copy(), al.settled.copy())
