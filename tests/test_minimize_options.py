@@ -131,6 +131,7 @@ def test_integer_variables_are_integral_whenever_fun_sees_them_and_in_the_result
                          bounds=(LOWER, UPPER), restarts="bipop", seed=2)
     seen = recorder.seen
     assert np.all(seen[:, [0, 2]] == np.round(seen[:, [0, 2]])) and in_box(seen)
+    assert not np.any(np.signbit(seen[:, [0, 2]]) & (seen[:, [0, 2]] == 0))  # 0.0, never -0.0
     assert len(np.unique(seen[:, 2])) >= 2  # it moved on an integer coordinate
     np.testing.assert_allclose(result.x, [1.0, 0.25, 2.0, 2.0], atol=1e-3)
     assert result.x[2] == 2.0 and result.fun == sphere(result.x)

@@ -93,9 +93,10 @@ def checked(integer_variables, dim: int, lower: np.ndarray | None, upper: np.nda
 
 
 def rounded(integers: Integers, x: np.ndarray) -> np.ndarray:
-    """``x`` (float64[..., n]) with its integer coordinates rounded into their bounds (a copy)."""
+    """``x`` (float64[..., n]) with its integer coordinates rounded into their bounds (a copy); a zero is
+    ``0.0``, never ``-0.0`` (``+ 0.0``)."""
     x = np.array(x, np.float64, copy=True)
-    x[..., integers.indices] = np.clip(np.round(x[..., integers.indices]), integers.lower, integers.upper)
+    x[..., integers.indices] = np.clip(np.round(x[..., integers.indices]), integers.lower, integers.upper) + 0.0
     return x
 
 
