@@ -52,6 +52,11 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None) -> path
     import jax
     from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
+    if directory is not None and (not isinstance(directory, (str, os.PathLike)) or not str(directory).strip()):
+        raise TypeError(
+            f"es.enable_compilation_cache(directory={directory!r}): give a directory path (a str or pathlib.Path), "
+            f"or nothing for the default ({default_directory()})."
+        )
     path = pathlib.Path(directory).expanduser() if directory is not None else default_directory()
     try:
         path.mkdir(parents=True, exist_ok=True)

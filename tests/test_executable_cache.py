@@ -2,14 +2,17 @@
 running bit for bit as compiled; an entry that cannot serve is never used and never fails a call."""
 
 import dataclasses
+import json
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import programs_built
+from helpers import programs_built, xla_flags_without_device_count
 from test_minimize import README_FIRST_RUN, readme_loop
 
 import es
@@ -143,3 +146,54 @@ def test_the_cache_is_off_where_jaxs_persistent_cache_is_off():
         assert executable_cache.directory() is None
     finally:
         jax.config.update("jax_enable_compilation_cache", True)
+
+
+# --------------------------------------------------------------------------- es.minimize's default, across processes
+
+CHILD = """
+import json, numpy as np, jax, es
+counts = {"requests": 0, "hits": 0}
+def listen(event, **kwargs):
+    counts["requests"] += event.endswith("/compile_requests_use_cache")
+    counts["hits"] += event.endswith("/cache_hits")
+jax.monitoring.register_event_listener(listen)
+result = es.minimize(lambda x: float(np.sum((x - 1.0) ** 2)), np.zeros(2), 0.5, max_evals=60)
+print(json.dumps({**counts, "dir": jax.config.jax_compilation_cache_dir, "nfev": result.nfev}))
+"""
+CACHE_VARIABLES = ("ES_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+                   "JAX_COMPILATION_CACHE_MAX_SIZE")
+
+
+def minimize_in_a_child(tmp_path, **variables) -> dict:
+    """A small es.minimize in a fresh process whose cache settings are only ``variables`` (the user's cache home
+    in ``tmp_path / "home"``): the cache directory JAX used and its compile requests and cache hits."""
+    env = {name: value for name, value in os.environ.items() if name not in CACHE_VARIABLES}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "home"), XLA_FLAGS=xla_flags_without_device_count(), **variables)
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # child processes
+def test_es_minimize_caches_by_default_and_a_second_process_compiles_nothing(tmp_path):
+    first, second = (minimize_in_a_child(tmp_path) for _ in range(2))
+    home = tmp_path / "home" / "es" / "jax"  # $XDG_CACHE_HOME/es/jax
+    assert first["dir"] == second["dir"] == str(home) and any(home.iterdir())
+    assert first["requests"] > first["hits"]  # compiled, and written
+    assert second["requests"] == second["hits"]  # every program it asked JAX for was in the cache
+    assert first["nfev"] == second["nfev"] == 60
+
+
+@pytest.mark.slow  # child processes
+def test_es_compilation_cache_off_leaves_it_off_and_a_users_own_directory_is_kept(tmp_path):
+    off = minimize_in_a_child(tmp_path, ES_COMPILATION_CACHE="off")
+    assert off["dir"] is None and off["hits"] == 0 and not (tmp_path / "home").exists()
+    mine = minimize_in_a_child(tmp_path, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine"))
+    assert mine["dir"] == str(tmp_path / "mine") and any((tmp_path / "mine").iterdir())
+    assert not (tmp_path / "home").exists()
+
+
+def test_enable_compilation_cache_refuses_what_is_not_a_directory_path():
+    for directory in (123, "", "  "):
+        with pytest.raises(TypeError, match=r"es.enable_compilation_cache\(directory=.*give a directory path"):
+            es.enable_compilation_cache(directory)
