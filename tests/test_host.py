@@ -263,6 +263,10 @@ def test_bad_arguments_are_refused_before_any_process_starts():
         es.HostFitness(host_problem, timeout_s=-1.0)
     with pytest.raises(TypeError, match="fn must be callable"):
         es.HostFitness("not a function")
+    with pytest.raises(TypeError, match=r"fn is called as fn\(params, seed\), but its signature is \(x\)"):
+        es.HostFitness(lambda x: 0.0)
+    with pytest.raises(TypeError, match=r"fn\(params, seed, fitness_state\), but its signature is \(params, seed\)"):
+        es.HostFitness(lambda params, seed: 0.0, init=lambda: {"n": jnp.zeros(())}, update=lambda f, s: f, stats=())
     with pytest.raises(TypeError, match="init, update and stats together; also pass update, stats"):
         es.HostFitness(host_problem, init=lambda: ())
     lock = __import__("threading").Lock()

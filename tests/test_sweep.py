@@ -229,7 +229,7 @@ def test_one_state_or_strategy_instead_of_a_list_is_refused_naming_the_argument(
 
 
 def test_a_host_fitness_is_refused_before_any_worker_starts():
-    host = es.HostFitness(lambda params: 0.0, num_workers=1)
+    host = es.HostFitness(lambda params, seed: 0.0, num_workers=1)
     with raises(TypeError, "es.HostFitness is not supported in a sweep", "es.evolve or es.run"):
         es.evolve_many([BASE, BASE], host, initial_states([BASE, BASE]), 1)
     host.close()

@@ -13,6 +13,7 @@ call; ``evaluate_batch`` evaluates any batch of params, for an ask/tell loop of 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Callable, ClassVar
 
 import jax
@@ -23,6 +24,24 @@ from es.fitness.contract import FitnessError
 from es.host.pool import _Pool, available_cores
 
 PyTree = Any
+
+
+def _check_arity(fn: Callable, count: int) -> None:
+    """A ``TypeError`` now, not in a worker after compiling, where ``fn`` cannot take ``count`` positional
+    arguments (``(params, seed)``, or ``(params, seed, fitness_state)`` when stateful). Callables whose
+    signature Python cannot read (some builtins) are left to their first call."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        names = "params, seed, fitness_state" if count == 3 else "params, seed"
+        raise TypeError(
+            f"es.HostFitness(fn={getattr(fn, '__name__', fn)!s}): fn is called as fn({names}), but its signature "
+            f"is {signature}; give it those {count} arguments (e.g. def simulate({names}): ...)."
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -89,6 +108,7 @@ class HostFitness:
         for name in ("init", "update"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"es.HostFitness({name}=...): {name} must be callable.")
+        _check_arity(self.fn, 3 if given else 2)
         if self.stats is not None:
             object.__setattr__(self, "stats", jax.tree.map(
                 lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), self.stats))
