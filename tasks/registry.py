@@ -10,6 +10,7 @@ does not import gymnax.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from typing import Any, Callable
 
@@ -71,7 +72,10 @@ def _lookup(name: str) -> Callable[..., Any]:
     for list_names, factory_for in _FAMILIES:
         if name in list_names():
             return factory_for(name)
-    raise ValueError(f"unknown task {name!r}; valid names: {names()}")
+    valid = names()
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(f"unknown task {name!r}; {hint}valid names: {valid}")
 
 
 def make(name: str, **kwargs: Any) -> Any:
@@ -80,5 +84,7 @@ def make(name: str, **kwargs: Any) -> Any:
     valid = _options(factory)
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for task {name!r}; valid options: {valid}")
+        close = [match for option in unknown for match in difflib.get_close_matches(option, valid, n=1)]
+        hint = f"did you mean {close}? " if close else ""
+        raise ValueError(f"unknown option(s) {unknown} for task {name!r}; {hint}valid options: {valid}")
     return factory(**kwargs)

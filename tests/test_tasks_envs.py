@@ -190,7 +190,7 @@ def test_options_are_static_hashable_and_validated():
     assert a == b and hash(a) == hash(b)
     np.testing.assert_array_equal(a.gymnax_params.available_torque, [-2.0, 0.0, 2.0])
     assert a.policy.hidden_sizes == (16,) and a.max_steps == 500
-    with pytest.raises(ValueError, match=r"unknown option\(s\) \['episodes'\].*'num_episodes'"):
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['episodes'\] .*did you mean \['num_episodes'\]\?"):
         tasks.make("CartPole-v1", episodes=4)
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['gravity_x'\].*'gravity'"):
         tasks.make("CartPole-v1", env_params={"gravity_x": 1.0})
@@ -211,7 +211,7 @@ def test_options_are_static_hashable_and_validated():
         tasks.make("CartPole-v1", obs_norm="yes")
     with pytest.raises(ValueError, match=r"output_scale=0\): output_scale must be a finite float > 0"):
         tasks.make("CartPole-v1", output_scale=0)
-    with pytest.raises(ValueError, match="unknown task 'CartPole-v2'"):
+    with pytest.raises(ValueError, match="unknown task 'CartPole-v2'; did you mean 'CartPole-v1'"):
         tasks.make("CartPole-v2")
     with pytest.raises(ValueError, match="pass the running statistics"):
         tasks.make("CartPole-v1", obs_norm=True).mean_return(a.init_params(jax.random.key(0)), jax.random.key(0))
