@@ -15,7 +15,7 @@ from test_validation import raises
 
 import es
 from es import executable_cache
-from es.blackbox import Schedule
+from es.blackbox import Schedule, objective
 from es.blackbox.minimize import float64
 from es.engine import fitness_history, loop, stopping
 from es.engine.generation import rank
@@ -40,6 +40,24 @@ def test_a_python_callable_is_minimised_to_the_target_in_float64_within_the_budg
     assert result.x.dtype == np.float64 and result.nfev == len(calls) <= 4000
     assert len(result.history["fun"]) == result.nit and np.all(np.diff(result.history["fun"]) <= 0)
     assert result.history["nfev"][-1] == result.nfev
+
+
+def test_a_python_callable_whose_probed_branch_ignores_x_is_still_a_python_callable():
+    """A numpy objective that returns a constant on some calls (a failed simulation, say) traces without error
+    on such a call; its value does not depend on x there, so it is evaluated as Python, never compiled."""
+    calls = []
+
+    def fails_at_first(x):
+        calls.append(1)
+        if len(calls) == 1:  # the probe's call: no use of x, so JAX traces it
+            return float("nan")
+        return shifted_sphere(x)
+
+    assert objective.kind_of(fails_at_first, np.zeros(6)) == "python"
+    assert objective.kind_of(lambda x: 1.0, np.zeros(6)) == "python"
+    assert objective.kind_of(lambda x: jnp.sum(x) * 0.0, np.zeros(6)) == "jax"
+    result = es.minimize(fails_at_first, np.zeros(6), 0.5, max_evals=4000, target=79.48 + 1e-10)
+    assert result.success and len(calls) == result.nfev + 2  # the two probes, then one call per evaluation
 
 
 @pytest.mark.slow

@@ -322,6 +322,22 @@ def test_noisy_gives_the_point_with_the_best_estimate_not_the_luckiest_evaluatio
     assert result.nfev == len(recorder.points) <= 1500
 
 
+def test_a_noisy_objective_that_sometimes_fails_gives_the_mean_of_the_evaluations_that_did_not():
+    rng = np.random.default_rng(0)
+
+    def failing(x):  # a noisy simulation that fails (NaN) or marks the point infeasible (inf) now and then
+        draw = rng.uniform()
+        return float("nan") if draw < 0.15 else float("inf") if draw < 0.2 else float(np.sum(x**2) + rng.normal())
+
+    recorder = Recorder(failing)
+    result = es.minimize(recorder, np.full(DIM, 2.0), 1.0, max_evals=1500, noisy=True, restarts="ipop")
+    values = np.array(recorder.values)
+    assert np.isfinite(result.fun) and np.sum(result.x**2) < 2.0  # from 16: a fifth of the values fail
+    final = values[np.all(recorder.seen == result.x, axis=1)][-uncertainty.FINAL_EVALUATIONS:]
+    assert result.fun == pytest.approx(np.mean(final[np.isfinite(final)]))
+    assert uncertainty.estimate([1.0, np.nan, 3.0, np.inf]) == 2.0 and uncertainty.estimate([np.nan, np.inf]) == np.inf
+
+
 def test_the_noise_measure_rises_with_noise_and_falls_without():
     rng = np.random.default_rng(3)
     ordered = np.arange(20.0)

@@ -291,7 +291,7 @@ class Layers:
         owner.nfev += count
         violation = 0.0 if self.options.constraints is None else float(
             constraints.violations(self.constraint_values(point))[0])
-        self.candidates.append((violation, float(np.mean(values)), point[0]))
+        self.candidates.append((violation, uncertainty.estimate(values), point[0]))
 
     def outcome(self, owner) -> tuple[PyTree, float, bool, float]:
         """``(x, fun, feasible, violation)`` of the call's result (``x``: ``None`` when nothing was evaluated)."""
@@ -358,14 +358,13 @@ def _spread(x0: PyTree, flat: Flat, value, name: str) -> np.ndarray:
 
 
 def _constraint_kind(g, x0: PyTree) -> str:
-    """``"jax"`` for a ``g`` that traces (returning a number or a 1-D array), else ``"python"``."""
+    """``"jax"`` for a ``g`` that traces, its value computed from ``x`` (a number or a 1-D array), else
+    ``"python"`` (``objective.traced_output``)."""
     if not callable(g):
         raise TypeError(f"es.minimize(constraints={g!r}): constraints must be a callable g(x) returning the "
                         "constraint values, feasible where every value is <= 0.")
-    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), x0)
-    try:
-        out = jax.eval_shape(lambda x: g(x), spec)
-    except Exception:  # noqa: BLE001 - it does not trace: a Python callable
+    out = objective.traced_output(g, x0)
+    if out is None:  # a Python callable
         return "python"
     if not isinstance(out, jax.ShapeDtypeStruct) or len(out.shape) > 1 or not (
             np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer)):

@@ -1,13 +1,14 @@
 """What ``es.minimize`` minimises: a JAX function, any Python callable, or an ``es.HostFitness``.
 
-- ``"jax"``: ``fun(x) -> scalar`` that traces (``jax.eval_shape`` succeeds on ``x0``'s shapes): evaluated
+- ``"jax"``: ``fun(x) -> scalar`` that traces on ``x0``'s shapes, its value computed from ``x``: evaluated
   inside the compiled generation, members batched and sharded as ``es.evolve`` does it.
 - ``"python"``: any other callable (a ``cocoex`` problem, a simulator, numpy code): called in the calling
   process, one member at a time, with a float64 numpy array shaped like ``x0`` (or a pytree of them).
 - ``"host"``: an ``es.HostFitness``: ``fn(params, seed)`` in worker processes.
 
 A Python callable that happens to trace as JAX code is evaluated as JAX (once traced, its Python side
-effects do not run per member); wrap it in ``es.HostFitness`` to keep it on the host in workers.
+effects do not run per member); wrap it in ``es.HostFitness`` to keep it on the host in workers. One whose
+traced value does not depend on ``x`` (a branch that returned a constant) is taken for a Python callable.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import functools
 from typing import Any, Callable
 
 import jax
+from jax.extend import core as jax_core
 import numpy as np
 
 from es import validation
@@ -35,11 +37,8 @@ def kind_of(fun: Any, x0: PyTree) -> str:
             f"es.minimize(fun={fun!r}): fun must be callable as fun(x) -> float (a JAX function, any Python "
             "callable such as a cocoex problem) or an es.HostFitness."
         )
-    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), x0)
-    try:  # through a fresh lambda: jax.jit keys its cache on (a weak reference to) the function it is given,
-        # which crashes the process for extension objects such as cocoex problems once they are freed
-        out = jax.eval_shape(lambda x: fun(x), spec)
-    except Exception:  # it does not trace: a Python callable, evaluated on numpy arrays
+    out = traced_output(fun, x0)
+    if out is None:
         return "python"
     if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != () or not (
             np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer)):
@@ -49,6 +48,28 @@ def kind_of(fun: Any, x0: PyTree) -> str:
             "reduce it to a scalar, e.g. jnp.sum(...)."
         )
     return "jax"
+
+
+def traced_output(fn: Callable, x0: PyTree) -> PyTree | None:
+    """The shapes and dtypes of ``fn(x)`` for ``x`` shaped like ``x0`` when ``fn`` traces as JAX code whose value
+    is computed from ``x``; ``None`` for a Python callable: one that does not trace, or whose traced value does
+    not depend on ``x`` (a branch that returned a constant this time; its other branches may not trace)."""
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), x0)
+    try:  # through a fresh lambda: jax.jit keys its cache on (a weak reference to) the function it is given,
+        # which crashes the process for extension objects such as cocoex problems once they are freed
+        traced, out = jax.make_jaxpr(lambda x: fn(x), return_shape=True)(spec)
+    except Exception:  # noqa: BLE001 - it does not trace
+        return None
+    return out if _depends_on_input(traced.jaxpr) else None
+
+
+def _depends_on_input(jaxpr) -> bool:
+    """Whether any output of ``jaxpr`` is computed from its inputs (not a constant of the trace)."""
+    reached = set(jaxpr.invars)
+    for equation in jaxpr.eqns:
+        if any(not isinstance(v, jax_core.Literal) and v in reached for v in equation.invars):
+            reached.update(equation.outvars)
+    return any(not isinstance(v, jax_core.Literal) and v in reached for v in jaxpr.outvars)
 
 
 @functools.lru_cache(maxsize=64)

@@ -26,6 +26,7 @@ is the one with the best mean value, and ``result.fun`` that mean.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +35,15 @@ CUMULATION = 0.3
 THETA = 0.5
 FINAL_EVALUATIONS = 10
 """Evaluations of each run's final mean, whose average picks ``result.x``."""
+
+
+def estimate(values) -> float:
+    """The mean of a point's evaluations (``FINAL_EVALUATIONS`` of them), leaving out those that marked it
+    infeasible (NaN or inf, as for any member); inf if every one did, so that such a point ranks last and
+    ``result.fun`` is never NaN."""
+    values = np.asarray(values, np.float64)
+    done = values[np.isfinite(values)]
+    return float(np.mean(done)) if done.size else math.inf
 
 
 class Noise(NamedTuple):
