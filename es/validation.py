@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 PyTree = Any
@@ -200,6 +201,22 @@ def check_params(params: PyTree, name: str = "params") -> None:
                 f"{name}{jax.tree_util.keystr(path)} has dtype {dtype}; ES perturbs "
                 "floating-point arrays only. Cast it (x.astype(jnp.float32)) or close over "
                 "it in fitness_fn instead."
+            )
+
+
+def check_finite(params: PyTree, name: str = "params") -> None:
+    """Raise where a concrete leaf of ``params`` holds NaN or inf (read on the host: no program is compiled;
+    traced leaves, and arrays spread over other processes, are left alone)."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        if isinstance(leaf, jax.core.Tracer) or (isinstance(leaf, jax.Array) and not leaf.is_fully_addressable):
+            continue
+        values = np.asarray(leaf)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise ValueError(
+                f"{name}{jax.tree_util.keystr(path)} holds {bad.size} NaN or inf value(s) (the first at flat index "
+                f"{bad[0]}: {values.ravel()[bad[0]]}); every member would be invalid. Start from finite params: a "
+                "fresh init, or the last good checkpoint."
             )
 
 

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 from helpers import sphere
@@ -76,9 +77,11 @@ def test_sigma_of_wrong_type():
         ({}, ValueError, "empty"),
         (jnp.zeros((0,)), ValueError, "empty"),
         ([jnp.ones(2), jnp.array([True])], TypeError, "bool"),
+        (jnp.array([0.0, jnp.nan]), ValueError, "holds 1 NaN or inf value(s) (the first at flat index 1: nan)"),
+        ({"w": jnp.ones(3), "b": np.array([np.inf, 0.0])}, ValueError, "params['b'] holds 1 NaN or inf"),
     ],
 )
-def test_non_float_or_empty_params(params, exc, fragment):
+def test_non_float_empty_or_non_finite_params(params, exc, fragment):
     with raises(exc, "params", fragment):
         es.OpenES(popsize=8).init(jax.random.key(0), params)
 

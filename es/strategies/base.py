@@ -360,6 +360,7 @@ class Strategy:
         validation.check_key(key)
         params = jax.tree.map(jnp.asarray, params)
         validation.check_params(params)
+        validation.check_finite(params)
         fitness = None if fitness is None else adapter(fitness, f"{type(self).__name__}.init(fitness=...)")
         return initial_state(self, key, params, fitness)
 
