@@ -92,6 +92,12 @@ def test_all_four_options_with_a_jax_objective_and_jax_constraints():
     assert result.fun == pytest.approx(sphere(result.x))  # a JAX function is noise-free: its mean is its value
 
 
+def test_a_sigma0_wider_than_the_box_warns_naming_the_coordinate_and_a_scale():
+    with pytest.warns(UserWarning, match=r"sigma0=2.0\): larger than the box's width 1.25 at flat index 1 "
+                                         r"\(1 coordinate\(s\)\).*sigma0=0.312"):
+        es.minimize(sphere, X0, 2.0, max_evals=100, bounds=(LOWER, UPPER))
+
+
 def test_the_box_map_is_pycmas_and_the_start_its_preimage():
     cma = pytest.importorskip("cma", reason="pycma, the reference: pip install -e '.[bench]'")
     rng = np.random.default_rng(1)

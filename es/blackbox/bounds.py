@@ -31,6 +31,7 @@ the map at D = 2, 5 and 10 (docs/benchmarks.md, ``experiments/bench/coco_bounds.
 from __future__ import annotations
 
 import statistics
+import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -89,6 +90,20 @@ def checked(bounds, x0_flat: np.ndarray, spread) -> Box | None:
             "e.g. np.clip(x0, lower, upper)."
         )
     return Box(lower, upper, method)
+
+
+def warn_if_wider(box: Box, sigma0: float) -> None:
+    """A ``UserWarning`` (as pycma warns) where ``sigma0`` exceeds the box's width on a bounded coordinate: most
+    members then fall outside the box, onto its faces, and the search starts slowly."""
+    width = box.upper - box.lower
+    wide = np.flatnonzero(np.isfinite(width) & (sigma0 > width))
+    if wide.size:
+        i = int(wide[0])
+        warnings.warn(
+            f"es.minimize(sigma0={sigma0!r}): larger than the box's width {float(width[i])!r} at flat index {i} "
+            f"({wide.size} coordinate(s)); most members fall outside the box and the search starts slowly. Use "
+            f"about a quarter of the width (sigma0={float(width[i]) / 4:.3g}), or rescale the coordinates to alike "
+            "widths.", UserWarning, stacklevel=3)
 
 
 def _widths(box: Box) -> tuple[np.ndarray, np.ndarray]:

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from es import compilation_cache, validation
+from es.blackbox import bounds as bounds_layer
 from es.blackbox import integers, layers, objective
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
 from es.engine import loop, stopping
@@ -165,6 +166,8 @@ def minimize(
     kind, template, x0 = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
     options = layers.checked(x0, bounds, constraints, integer_variables, noisy)
     layers.check_strategy(options, template)
+    if options is not None and options.box is not None:
+        bounds_layer.warn_if_wider(options.box, float(sigma0))
     if strategy is None and options is not None and options.integers is not None:
         dim = sum(np.size(leaf) for leaf in jax.tree.leaves(x0))
         template = dataclasses.replace(template, popsize=integers.popsize(dim, options.integers))
