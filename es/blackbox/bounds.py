@@ -93,7 +93,7 @@ def checked(bounds, x0_flat: np.ndarray, spread) -> Box | None:
 
 
 def warn_if_wider(box: Box, sigma0: float) -> None:
-    """A ``UserWarning`` (as pycma warns) where ``sigma0`` exceeds the box's width on a bounded coordinate: most
+    """A ``UserWarning`` where ``sigma0`` exceeds the box's width on a bounded coordinate: most
     members then fall outside the box, onto its faces, and the search starts slowly."""
     width = box.upper - box.lower
     wide = np.flatnonzero(np.isfinite(width) & (sigma0 > width))
