@@ -260,21 +260,29 @@ class GivenFitness:
         return self.fitness.update_state(fitness_state, stats)
 
 
-def check_takes_params_and_key(fn: Callable) -> None:
-    """Raise ``TypeError`` naming the fix when ``fn``'s signature cannot take ``(params, key)`` (a callable
-    whose signature Python cannot read is left to the call)."""
+def unbindable(fn: Callable, count: int) -> inspect.Signature | None:
+    """``fn``'s signature where it cannot take ``count`` positional arguments; ``None`` where it can, or where
+    Python cannot read it (some builtins: left to the call)."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
-        return
+        return None
     try:
-        signature.bind(None, None)
+        signature.bind(*range(count))
     except TypeError:
+        return signature
+    return None
+
+
+def check_takes_params_and_key(fn: Callable) -> None:
+    """Raise ``TypeError`` naming the fix when ``fn``'s signature cannot take ``(params, key)``."""
+    signature = unbindable(fn, 2)
+    if signature is not None:
         name = getattr(fn, "__name__", type(fn).__name__)
         raise TypeError(
             f"fitness_fn {name}{signature} must take (params, key): one member's params and a PRNG key; "
             f"a fitness that needs no key can ignore it, e.g. def {name}(params, key): ..."
-        ) from None
+        )
 
 
 def check_fitness_output(fn: Callable, params: PyTree, key: jax.Array, fitness_state: PyTree):

@@ -13,7 +13,6 @@ call; ``evaluate_batch`` evaluates any batch of params, for an ask/tell loop of 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any, Callable, ClassVar
 
 import jax
@@ -21,6 +20,7 @@ import numpy as np
 
 from es import validation
 from es.fitness.contract import FitnessError
+from es.fitness.functions import unbindable
 from es.host.pool import _Pool, available_cores
 
 PyTree = Any
@@ -28,20 +28,14 @@ PyTree = Any
 
 def _check_arity(fn: Callable, count: int) -> None:
     """A ``TypeError`` now, not in a worker after compiling, where ``fn`` cannot take ``count`` positional
-    arguments (``(params, seed)``, or ``(params, seed, fitness_state)`` when stateful). Callables whose
-    signature Python cannot read (some builtins) are left to their first call."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    try:
-        signature.bind(*range(count))
-    except TypeError:
+    arguments (``(params, seed)``, or ``(params, seed, fitness_state)`` when stateful)."""
+    signature = unbindable(fn, count)
+    if signature is not None:
         names = "params, seed, fitness_state" if count == 3 else "params, seed"
         raise TypeError(
             f"es.HostFitness(fn={getattr(fn, '__name__', fn)!s}): fn is called as fn({names}), but its signature "
             f"is {signature}; give it those {count} arguments (e.g. def simulate({names}): ...)."
-        ) from None
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
