@@ -272,8 +272,9 @@ class Checkpointer:
         if stored != expected:
             raise CheckpointError(
                 f"checkpoint {path} holds a state of another structure than this run's: "
-                f"{_describe_signature_difference(stored, expected)}. It was made for other params "
-                "or another optimizer; resume it with the same task, params and strategy, or start a new run."
+                f"{_describe_signature_difference(stored, expected)}. It was made for other params, "
+                "another strategy or popsize, or another optimizer; resume it with the same task, params and "
+                "strategy, or start a new run."
             )
         like_leaves = jax.tree.leaves(like)
         blanks = [np.zeros(_stored_shape(e, leaf), _stored_dtype(e)) for e, leaf in zip(stored, like_leaves)]
