@@ -6,7 +6,9 @@ result.x is in the box, integral, the best feasible point (the result saying whe
 largest violation there), and with noise the point with the best estimate. Then every refusal. The tests
 share one objective per kind and dimension 4 (popsize 8), so their programs compile once."""
 
+import dataclasses
 import importlib
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -92,10 +94,45 @@ def test_all_four_options_with_a_jax_objective_and_jax_constraints():
     assert result.fun == pytest.approx(sphere(result.x))  # a JAX function is noise-free: its mean is its value
 
 
-def test_a_sigma0_wider_than_the_box_warns_naming_the_coordinate_and_a_scale():
+def test_a_sigma0_wider_than_the_box_warns_naming_the_coordinate_and_a_scale_where_no_covariance_limits_it():
     with pytest.warns(UserWarning, match=r"sigma0=2.0\): larger than the box's width 1.25 at flat index 1 "
                                          r"\(1 coordinate\(s\)\).*sigma0=0.312"):
-        es.minimize(sphere, X0, 2.0, max_evals=100, bounds=(LOWER, UPPER))
+        es.minimize(sphere, X0, 2.0, strategy=es.SNES(popsize=8), max_evals=16, bounds=(LOWER, UPPER))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # CMA-ES's standard deviations are kept within the box instead
+        es.minimize(sphere, X0, 2.0, max_evals=16, bounds=(LOWER, UPPER))
+
+
+@pytest.mark.parametrize("strategy", [es.CMAES(popsize=8), es.SepCMAES(popsize=8)], ids=["CMAES", "SepCMAES"])
+def test_standard_deviations_wider_than_a_third_of_the_box_are_limited_as_pycmas(strategy):
+    """pycma's ``maxstd``: a third of each bounded width; ``C <- S C S``, ``p_c <- S p_c``, ``B`` and ``d`` from
+    the new ``C``; a state within its limits is left as it is."""
+    box = bounds_layer.Box(LOWER, UPPER)
+    state = dataclasses.replace(strategy, sigma=2.0).init(jax.random.key(0), jnp.asarray(X0))
+    state = state._replace(strategy_state=state.strategy_state._replace(path_cov=jnp.ones(DIM)))
+    limited = bounds_layer.into_limits(box, state)
+    new = limited.strategy_state
+    diagonal = np.diagonal(np.asarray(new.cov)) if new.cov.ndim == 2 else np.asarray(new.cov)
+    stds = float(new.sigma) * np.sqrt(diagonal)
+    np.testing.assert_allclose(stds, [2 / 3, 1.25 / 3, 2.5 / 3, 2.0], rtol=1e-6)  # float32; the open one as it was
+    np.testing.assert_allclose(np.asarray(new.path_cov), stds / 2.0, rtol=1e-6)
+    if new.cov.ndim == 2:
+        basis, scales = np.asarray(new.basis), np.asarray(new.scales)
+        np.testing.assert_allclose(basis * scales**2 @ basis.T, np.asarray(new.cov), atol=1e-6)
+    assert bounds_layer.into_limits(box, limited) is None
+    cma = pytest.importorskip("cma", reason="pycma, the reference: pip install -e '.[bench]'")
+    reference = cma.CMAEvolutionStrategy(X0, 2.0, {"bounds": [list(LOWER), list(UPPER)], "verbose": -9})
+    np.testing.assert_allclose(stds, reference.stds, rtol=1e-4)  # pycma's start multiplies C by exp(1e-4)
+
+
+@pytest.mark.parametrize("method", bounds_layer.METHODS)
+def test_a_sigma0_a_hundred_times_the_box_still_finds_the_optimum_on_its_corner(method):
+    """With sigma0=100 in [-1, 1]^4 every member would otherwise land on the box's faces (once 0.26 or 0.04
+    after 600 evaluations): the standard deviations start at a third of the width, as pycma's."""
+    result = es.minimize(sphere, np.zeros(DIM), 100.0, max_evals=1000, seed=1,
+                         bounds=bounds_layer.Box(-np.ones(DIM), np.ones(DIM), method))
+    np.testing.assert_allclose(result.x, np.ones(DIM), atol=1e-6)
+    assert result.fun == pytest.approx(DIM * 1.0, abs=1e-9)
 
 
 def test_the_box_map_is_pycmas_and_the_start_its_preimage():

@@ -23,6 +23,9 @@ methods, as pycma's boundary handlers (``BoundPenalty``, and ``BoundTransform``,
   The search starts from the preimage of ``x0``. The map repeats ``fun``'s landscape around the box, its
   local optima with it.
 
+With either, CMA-ES's and sep-CMA-ES's sampling standard deviations are kept within a third of each bounded
+width, at the start and after every generation (``into_limits``, pycma's ``maxstd``).
+
 The default is the penalty by measurement on COCO's bbob-boxed suite (the 24 functions, instances 1-3,
 budget 1e4 D, the same seeds): it solved 0.35, 1.74 and 3.79 percentage points more of COCO's targets than
 the map at D = 2, 5 and 10 (docs/benchmarks.md, ``experiments/bench/coco_bounds.py``).
@@ -30,10 +33,12 @@ the map at D = 2, 5 and 10 (docs/benchmarks.md, ``experiments/bench/coco_bounds.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import warnings
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
 METHODS = ("transform", "penalty")
@@ -92,9 +97,64 @@ def checked(bounds, x0_flat: np.ndarray, spread) -> Box | None:
     return Box(lower, upper, method)
 
 
+MAXSTD_BOUNDRANGE = 1 / 3
+"""The largest sampling standard deviation of a bounded coordinate, as a fraction of its width: pycma's
+``maxstd_boundrange`` (its ``maxstd`` option, set from the bounds unless given)."""
+
+
+LIMIT_TOLERANCE = 1e-6
+"""A standard deviation over its limit by less than this relative amount is left as it is: one that was just set to
+its limit may round above it, and each change costs drawing the members again."""
+
+
+def max_stds(box: Box) -> np.ndarray:
+    """float64[n]: ``MAXSTD_BOUNDRANGE`` times each coordinate's width (``inf`` where a side is open)."""
+    width = box.upper - box.lower
+    return np.where(np.isfinite(width), width * MAXSTD_BOUNDRANGE, np.inf)
+
+
+def into_limits(box: Box, state):
+    """``state`` (an ``es.State`` of ``es.CMAES`` or ``es.SepCMAES``) with no coordinate's sampling standard
+    deviation ``sigma A_i sqrt(C_ii)`` above ``max_stds(box)``, as pycma keeps them (``_stds_into_limits``, at
+    the start and after every tell): with ``s_i = min(1, max_std_i / std_i)``, ``C <- S C S`` and ``p_c <-
+    S p_c`` (``S = diag(s)``), ``B`` and ``d`` again from ``C`` (``es.strategies.cma_es.eigen``'s floor).
+    ``None`` where no coordinate is over its limit (the state stays as it is, bit for bit) or the strategy
+    keeps no covariance. A ``sigma0`` many times the box's width then starts at a third of it, where the
+    members would otherwise land on the box's faces (pycma does the same)."""
+    inner = state.strategy_state
+    limit = max_stds(box)
+    if getattr(inner, "cov", None) is None or not np.any(np.isfinite(limit)):
+        return None
+    sigma = float(inner.sigma) * (1.0 if inner.scaling is None else np.asarray(inner.scaling, np.float64))
+    full = np.ndim(inner.cov) == 2
+    if full and np.all(2 * sigma * float(np.max(inner.scales)) <= limit):  # C_ii <= the largest eigenvalue
+        return None  # (read from d, n floats; x2: d may be a few generations old)
+    cov = np.asarray(inner.cov, np.float64)
+    stds = sigma * np.sqrt(np.diagonal(cov) if full else cov)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shrink = np.where(stds > limit * (1 + LIMIT_TOLERANCE), limit / stds, 1.0)
+    if np.all(shrink == 1.0):
+        return None
+    put = functools.partial(_on_device, dtype=inner.sigma.dtype)
+    path_cov = put(shrink * np.asarray(inner.path_cov, np.float64))
+    if not full:
+        return state._replace(strategy_state=inner._replace(cov=put(cov * shrink**2), path_cov=path_cov))
+    cov = cov * shrink[:, None] * shrink[None, :]
+    values, vectors = np.linalg.eigh(cov)
+    tiny = np.finfo(inner.sigma.dtype).tiny / np.finfo(inner.sigma.dtype).eps
+    return state._replace(strategy_state=inner._replace(
+        cov=put(cov), basis=put(vectors), scales=put(np.sqrt(np.maximum(values, tiny))), path_cov=path_cov))
+
+
+def _on_device(value: np.ndarray, dtype):
+    """``value`` on the default device as ``dtype`` (a transfer; ``jnp.asarray`` would compile a program)."""
+    return jax.device_put(np.asarray(value, dtype))
+
+
 def warn_if_wider(box: Box, sigma0: float) -> None:
-    """A ``UserWarning`` where ``sigma0`` exceeds the box's width on a bounded coordinate: most
-    members then fall outside the box, onto its faces, and the search starts slowly."""
+    """A ``UserWarning`` where ``sigma0`` exceeds the box's width on a bounded coordinate, for a strategy
+    without a covariance (``into_limits`` keeps CMA-ES's inside the box): most members then fall outside the
+    box, onto its faces, and the search starts slowly."""
     width = box.upper - box.lower
     wide = np.flatnonzero(np.isfinite(width) & (sigma0 > width))
     if wide.size:

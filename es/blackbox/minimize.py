@@ -166,7 +166,7 @@ def minimize(
     kind, template, x0 = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
     options = layers.checked(x0, bounds, constraints, integer_variables, noisy)
     layers.check_strategy(options, template)
-    if options is not None and options.box is not None:
+    if options is not None and options.box is not None and not isinstance(template, (CMAES, SepCMAES)):
         bounds_layer.warn_if_wider(options.box, float(sigma0))
     if strategy is None and options is not None and options.integers is not None:
         dim = sum(np.size(leaf) for leaf in jax.tree.leaves(x0))
@@ -246,7 +246,7 @@ class _Minimization:
 
     def one_run(self, strategy: Strategy, settings: RunSettings, index: int) -> str:
         """Run ``strategy`` from ``x0`` until a stopping condition, the budget, the target or its generations."""
-        state = strategy.init(run_key(self.seed, index), self.layers.genotype(self.x0))
+        state = self.layers.limited(strategy.init(run_key(self.seed, index), self.layers.genotype(self.x0)))
         limit = settings.max_generations or math.inf
         generations = 0
         self.layers.start_run()
