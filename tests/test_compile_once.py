@@ -6,6 +6,7 @@ the persistent compilation cache, so these tests hold however warm the cache is.
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +26,17 @@ def test_a_second_evolve_call_builds_no_program(name):
     with programs_built() as built:
         jax.block_until_ready(es.evolve(strategy, sphere, state, GENERATIONS))
     assert built == [], built
+
+
+def test_the_default_mesh_and_a_one_device_mesh_share_one_program():
+    strategy = STRATEGIES["SNES"]
+    state = strategy.init(jax.random.key(0), PARAMS)
+    assert es.parallel.mesh.resolve_mesh(None) == es.make_mesh(1)
+    default = es.evolve(strategy, sphere, state, GENERATIONS)
+    with programs_built() as built:
+        one_device = es.evolve(strategy, sphere, state, GENERATIONS, mesh=es.make_mesh(1))
+    assert built == [], built
+    chex.assert_trees_all_equal(one_device, default)
 
 
 def test_a_second_evolve_many_call_builds_no_program():

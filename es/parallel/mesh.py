@@ -49,8 +49,13 @@ def make_mesh(num_devices: int | None = None, popsize: int | None = None) -> Mes
             f"make_mesh(num_devices={num_devices}): only {len(devices)} "
             f"{devices[0].platform.upper()} device(s) are available. {EMULATE_HINT}"
         )
-    return jax.make_mesh((int(num_devices),), (POPULATION_AXIS,), devices=_mesh_devices(devices, int(num_devices)),
-                         axis_types=(jax.sharding.AxisType.Auto,))
+    return _mesh(_mesh_devices(devices, int(num_devices)))
+
+
+def _mesh(devices: list) -> Mesh:
+    """The 1-D population mesh over ``devices``, its axis ``Auto`` (``make_mesh``'s docstring): one function for
+    ``make_mesh`` and ``mesh=None``, so that ``mesh=None`` and ``make_mesh(1)`` are equal meshes, one program."""
+    return jax.make_mesh((len(devices),), (POPULATION_AXIS,), devices=devices, axis_types=(jax.sharding.AxisType.Auto,))
 
 
 def _devices_for(popsize, num_devices, available: int) -> int:
@@ -108,7 +113,7 @@ def resolve_mesh(mesh: Mesh | None) -> Mesh:
     communication (and the same results as on any mesh).
     """
     if mesh is None:
-        return jax.make_mesh((1,), (POPULATION_AXIS,), devices=jax.local_devices()[:1])
+        return _mesh(jax.local_devices()[:1])
     if not isinstance(mesh, Mesh):
         raise TypeError(
             f"mesh must be a jax.sharding.Mesh (e.g. es.make_mesh()) or None, got {type(mesh).__name__}."
