@@ -23,8 +23,8 @@ methods, as pycma's boundary handlers (``BoundPenalty``, and ``BoundTransform``,
   The search starts from the preimage of ``x0``. The map repeats ``fun``'s landscape around the box, its
   local optima with it.
 
-With either, CMA-ES's and sep-CMA-ES's sampling standard deviations are kept within a third of each bounded
-width, at the start and after every generation (``into_limits``, pycma's ``maxstd``).
+With either, each run of CMA-ES or sep-CMA-ES starts with no sampling standard deviation above a third of its
+coordinate's width (``into_limits``, pycma's ``maxstd``; pycma also applies it after every tell, es not).
 
 The default is the penalty by measurement on COCO's bbob-boxed suite (the 24 functions, instances 1-3,
 budget 1e4 D, the same seeds): it solved 0.35, 1.74 and 3.79 percentage points more of COCO's targets than
@@ -115,21 +115,27 @@ def max_stds(box: Box) -> np.ndarray:
 
 def into_limits(box: Box, state):
     """``state`` (an ``es.State`` of ``es.CMAES`` or ``es.SepCMAES``) with no coordinate's sampling standard
-    deviation ``sigma A_i sqrt(C_ii)`` above ``max_stds(box)``, as pycma keeps them (``_stds_into_limits``, at
-    the start and after every tell): with ``s_i = min(1, max_std_i / std_i)``, ``C <- S C S`` and ``p_c <-
-    S p_c`` (``S = diag(s)``), ``B`` and ``d`` again from ``C`` (``es.strategies.cma_es.eigen``'s floor).
-    ``None`` where no coordinate is over its limit (the state stays as it is, bit for bit) or the strategy
-    keeps no covariance. A ``sigma0`` many times the box's width then starts at a third of it, where the
-    members would otherwise land on the box's faces (pycma does the same)."""
+    deviation ``sigma A_i sqrt(C_ii)`` above ``max_stds(box)``, as pycma's ``_stds_into_limits``: with ``s_i =
+    min(1, max_std_i / std_i)``, ``C <- S C S`` and ``p_c <- S p_c`` (``S = diag(s)``), ``B`` and ``d`` again
+    from ``C`` (``es.strategies.cma_es.eigen``'s floor). ``None`` where no coordinate is over its limit (the
+    state stays as it is, bit for bit) or the strategy keeps no covariance.
+
+    ``es.minimize`` applies it to each run's first state: a ``sigma0`` many times the box's width then starts
+    at a third of it, where the members would otherwise land on the box's faces. pycma applies it after every
+    tell too; es does not (docs/benchmarks.md: on COCO's bbob-boxed no better, and a check per generation
+    cost 12% of a generation's time)."""
     inner = state.strategy_state
-    limit = max_stds(box)
-    if getattr(inner, "cov", None) is None or not np.any(np.isfinite(limit)):
+    if getattr(inner, "cov", None) is None:
         return None
-    sigma = float(inner.sigma) * (1.0 if inner.scaling is None else np.asarray(inner.scaling, np.float64))
-    full = np.ndim(inner.cov) == 2
-    if full and np.all(2 * sigma * float(np.max(inner.scales)) <= limit):  # C_ii <= the largest eigenvalue
-        return None  # (read from d, n floats; x2: d may be a few generations old)
-    cov = np.asarray(inner.cov, np.float64)
+    limit = max_stds(box)
+    lowest = float(np.min(limit))
+    full = np.ndim(inner.cov) == 2  # one transfer: sigma, A, and d (C's diagonal for sep-CMA-ES)
+    sigma, spread, scaling = jax.device_get((inner.sigma, inner.scales if full else inner.cov, inner.scaling))
+    sigma = float(sigma) * (1.0 if scaling is None else np.asarray(scaling, np.float64))
+    largest = float(np.max(sigma)) * float(np.max(spread) if full else np.sqrt(np.max(spread)))
+    if (2 if full else 1) * largest <= lowest:  # the fast way out: every generation of a run inside its box
+        return None  # (full: C_ii <= the largest eigenvalue d^2; x2, as d may be a few generations old)
+    cov = np.asarray(inner.cov if full else spread, np.float64)
     stds = sigma * np.sqrt(np.diagonal(cov) if full else cov)
     with np.errstate(divide="ignore", invalid="ignore"):
         shrink = np.where(stds > limit * (1 + LIMIT_TOLERANCE), limit / stds, 1.0)

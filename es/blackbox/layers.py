@@ -136,8 +136,9 @@ class Layers:
         self.penalty, self.noise = bounds.Penalty(), uncertainty.Noise()
 
     def limited(self, state):
-        """``state`` with its standard deviations within a third of the box's widths (``bounds.into_limits``;
-        CMA-ES's and sep-CMA-ES's), or ``state`` itself where none exceeds them or there is no box."""
+        """A run's first ``state`` with its standard deviations within a third of the box's widths
+        (``bounds.into_limits``; CMA-ES's and sep-CMA-ES's), or ``state`` itself where none exceeds them or
+        there is no box."""
         box = self.options.box
         limited = None if box is None else bounds.into_limits(box, state)
         return state if limited is None else limited
@@ -168,10 +169,6 @@ class Layers:
             loop.state = integers.centered(self.options.integers, strategy, loop.state, genotypes, ranked)
         factor = uncertainty.sigma_factor(self.noise, genotypes.shape[1]) if self.options.noisy else 1.0
         (_, sigma, stop), loop.members = loop.step(ranked, factor)  # the next members drawn with sigma x factor
-        limited = self.limited(loop.state)
-        if limited is not loop.state:  # drawn again, from the same keys, with the standard deviations limited
-            loop.state = limited
-            loop.members = loop.first()
         self.after(loop, strategy, genotypes, (f, g, ranked))
         feasible = f if g is None else np.where(constraints.violations(g) == 0, f, np.nan)
         generation_best = float(np.nanmin(feasible)) if np.any(np.isfinite(feasible)) else math.nan
