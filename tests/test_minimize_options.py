@@ -120,6 +120,9 @@ def test_standard_deviations_wider_than_a_third_of_the_box_are_limited_as_pycmas
         basis, scales = np.asarray(new.basis), np.asarray(new.scales)
         np.testing.assert_allclose(basis * scales**2 @ basis.T, np.asarray(new.cov), atol=1e-6)
     assert bounds_layer.into_limits(box, limited) is None
+    everywhere = bounds_layer.into_limits(bounds_layer.Box(-np.ones(DIM), np.ones(DIM)), state).strategy_state
+    assert float(everywhere.sigma) == pytest.approx(2 / 3) and np.allclose(everywhere.cov, np.ones(DIM) if
+                                                                             new.cov.ndim == 1 else np.eye(DIM))
     cma = pytest.importorskip("cma", reason="pycma, the reference: pip install -e '.[bench]'")
     reference = cma.CMAEvolutionStrategy(X0, 2.0, {"bounds": [list(LOWER), list(UPPER)], "verbose": -9})
     np.testing.assert_allclose(stds, reference.stds, rtol=1e-4)  # pycma's start multiplies C by exp(1e-4)
@@ -129,10 +132,14 @@ def test_standard_deviations_wider_than_a_third_of_the_box_are_limited_as_pycmas
 def test_a_sigma0_a_hundred_times_the_box_still_finds_the_optimum_on_its_corner(method):
     """With sigma0=100 in [-1, 1]^4 every member would otherwise land on the box's faces (once 0.26 or 0.04
     after 600 evaluations): the standard deviations start at a third of the width, as pycma's."""
-    result = es.minimize(sphere, np.zeros(DIM), 100.0, max_evals=1000, seed=1,
-                         bounds=bounds_layer.Box(-np.ones(DIM), np.ones(DIM), method))
+    box = bounds_layer.Box(-np.ones(DIM), np.ones(DIM), method)
+    result = es.minimize(sphere, np.zeros(DIM), 100.0, max_evals=1000, seed=1, bounds=box)
     np.testing.assert_allclose(result.x, np.ones(DIM), atol=1e-6)
     assert result.fun == pytest.approx(DIM * 1.0, abs=1e-9)
+    # the factor all coordinates share goes into sigma, so any sigma0 over the limits starts the same run (C
+    # scaled by 1e-60 would underflow, and sigma / sigma0 would read as tolupsigma's growth)
+    huge = es.minimize(sphere, np.zeros(DIM), 1e30, max_evals=1000, seed=1, bounds=box)
+    assert (huge.x.tobytes(), huge.fun, huge.nfev) == (result.x.tobytes(), result.fun, result.nfev)
 
 
 def test_the_box_map_is_pycmas_and_the_start_its_preimage():

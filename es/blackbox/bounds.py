@@ -116,8 +116,9 @@ def max_stds(box: Box) -> np.ndarray:
 def into_limits(box: Box, state):
     """``state`` (an ``es.State`` of ``es.CMAES`` or ``es.SepCMAES``) with no coordinate's sampling standard
     deviation ``sigma A_i sqrt(C_ii)`` above ``max_stds(box)``, as pycma's ``_stds_into_limits``: with ``s_i =
-    min(1, max_std_i / std_i)``, ``C <- S C S`` and ``p_c <- S p_c`` (``S = diag(s)``), ``B`` and ``d`` again
-    from ``C`` (``es.strategies.cma_es.eigen``'s floor). ``None`` where no coordinate is over its limit (the
+    min(1, max_std_i / std_i)`` and ``s_max = max_i s_i``, ``sigma <- s_max sigma``, ``C <- S C S / s_max^2`` and
+    ``p_c <- S p_c / s_max`` (``S = diag(s)``), ``B`` and ``d`` again from ``C`` (``es.strategies.cma_es.eigen``'s
+    floor): the same standard deviations as pycma's ``sigma_vec``, and ``C`` keeps its scale. ``None`` where no coordinate is over its limit (the
     state stays as it is, bit for bit) or the strategy keeps no covariance.
 
     ``es.minimize`` applies it to each run's first state: a ``sigma0`` many times the box's width then starts
@@ -141,15 +142,20 @@ def into_limits(box: Box, state):
         shrink = np.where(stds > limit * (1 + LIMIT_TOLERANCE), limit / stds, 1.0)
     if np.all(shrink == 1.0):
         return None
+    # The factor every coordinate shares (the largest, 1 unless all are over) goes into sigma, the rest into C:
+    # C keeps its scale, however many times the box sigma was (C would underflow, tolupsigma misread sigma).
+    common = float(np.max(shrink))
+    shrink = shrink / common
     put = functools.partial(_on_device, dtype=inner.sigma.dtype)
-    path_cov = put(shrink * np.asarray(inner.path_cov, np.float64))
+    inner = inner._replace(sigma=put(np.asarray(inner.sigma, np.float64) * common),
+                           path_cov=put(shrink * np.asarray(inner.path_cov, np.float64)))
     if not full:
-        return state._replace(strategy_state=inner._replace(cov=put(cov * shrink**2), path_cov=path_cov))
+        return state._replace(strategy_state=inner._replace(cov=put(cov * shrink**2)))
     cov = cov * shrink[:, None] * shrink[None, :]
     values, vectors = np.linalg.eigh(cov)
     tiny = np.finfo(inner.sigma.dtype).tiny / np.finfo(inner.sigma.dtype).eps
     return state._replace(strategy_state=inner._replace(
-        cov=put(cov), basis=put(vectors), scales=put(np.sqrt(np.maximum(values, tiny))), path_cov=path_cov))
+        cov=put(cov), basis=put(vectors), scales=put(np.sqrt(np.maximum(values, tiny)))))
 
 
 def _on_device(value: np.ndarray, dtype):
