@@ -104,7 +104,7 @@ MAXSTD_BOUNDRANGE = 1 / 3
 
 LIMIT_TOLERANCE = 1e-6
 """A standard deviation over its limit by less than this relative amount is left as it is: one that was just set to
-its limit may round above it, and each change costs drawing the members again."""
+its limit may round above it, and a limited state is then limited (``into_limits`` returns ``None``)."""
 
 
 def max_stds(box: Box) -> np.ndarray:
@@ -118,13 +118,13 @@ def into_limits(box: Box, state):
     deviation ``sigma A_i sqrt(C_ii)`` above ``max_stds(box)``, as pycma's ``_stds_into_limits``: with ``s_i =
     min(1, max_std_i / std_i)`` and ``s_max = max_i s_i``, ``sigma <- s_max sigma``, ``C <- S C S / s_max^2`` and
     ``p_c <- S p_c / s_max`` (``S = diag(s)``), ``B`` and ``d`` again from ``C`` (``es.strategies.cma_es.eigen``'s
-    floor): the same standard deviations as pycma's ``sigma_vec``, and ``C`` keeps its scale. ``None`` where no coordinate is over its limit (the
-    state stays as it is, bit for bit) or the strategy keeps no covariance.
+    floor): the standard deviations of pycma's ``sigma_vec``, and ``C`` keeps its scale. ``None`` where no
+    coordinate is over its limit (the state stays as it is, bit for bit) or the strategy keeps no covariance.
 
     ``es.minimize`` applies it to each run's first state: a ``sigma0`` many times the box's width then starts
     at a third of it, where the members would otherwise land on the box's faces. pycma applies it after every
     tell too; es does not (docs/benchmarks.md: on COCO's bbob-boxed no better, and a check per generation
-    cost 12% of a generation's time)."""
+    cost 13% of a generation's time)."""
     inner = state.strategy_state
     if getattr(inner, "cov", None) is None:
         return None
@@ -134,7 +134,7 @@ def into_limits(box: Box, state):
     sigma, spread, scaling = jax.device_get((inner.sigma, inner.scales if full else inner.cov, inner.scaling))
     sigma = float(sigma) * (1.0 if scaling is None else np.asarray(scaling, np.float64))
     largest = float(np.max(sigma)) * float(np.max(spread) if full else np.sqrt(np.max(spread)))
-    if (2 if full else 1) * largest <= lowest:  # the fast way out: every generation of a run inside its box
+    if (2 if full else 1) * largest <= lowest:  # the fast way out, from n + 2 floats: a start inside the box
         return None  # (full: C_ii <= the largest eigenvalue d^2; x2, as d may be a few generations old)
     cov = np.asarray(inner.cov if full else spread, np.float64)
     stds = sigma * np.sqrt(np.diagonal(cov) if full else cov)
@@ -165,8 +165,8 @@ def _on_device(value: np.ndarray, dtype):
 
 def warn_if_wider(box: Box, sigma0: float) -> None:
     """A ``UserWarning`` where ``sigma0`` exceeds the box's width on a bounded coordinate, for a strategy
-    without a covariance (``into_limits`` keeps CMA-ES's inside the box): most members then fall outside the
-    box, onto its faces, and the search starts slowly."""
+    without a covariance (CMA-ES's first standard deviations are limited: ``into_limits``): most members then
+    fall outside the box, onto its faces, and the search starts slowly."""
     width = box.upper - box.lower
     wide = np.flatnonzero(np.isfinite(width) & (sigma0 > width))
     if wide.size:
