@@ -97,7 +97,8 @@ def test_all_four_options_with_a_jax_objective_and_jax_constraints():
 def test_a_sigma0_wider_than_the_box_warns_naming_the_coordinate_and_a_scale_where_no_covariance_limits_it():
     with pytest.warns(UserWarning, match=r"sigma0=2.0\): larger than the box's width 1.25 at flat index 1 "
                                          r"\(1 coordinate\(s\)\).*sigma0=0.312"):
-        es.minimize(sphere, X0, 2.0, strategy=es.SNES(popsize=8), max_evals=16, bounds=(LOWER, UPPER))
+        with pytest.raises(ValueError, match="max_evals=1"):  # warned before the checks, before any compile
+            es.minimize(sphere, X0, 2.0, strategy=es.SNES(popsize=8), max_evals=1, bounds=(LOWER, UPPER))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # CMA-ES's standard deviations are kept within the box instead
         es.minimize(sphere, X0, 2.0, max_evals=16, bounds=(LOWER, UPPER))
