@@ -204,9 +204,10 @@ def check_params(params: PyTree, name: str = "params") -> None:
             )
 
 
-def check_finite(params: PyTree, name: str = "params") -> None:
-    """Raise where a concrete leaf of ``params`` holds NaN or inf (read on the host: no program is compiled;
-    traced leaves, and arrays spread over other processes, are left alone)."""
+def check_finite(params: PyTree, name: str = "params",
+                 fix: str = "Start from finite params: a fresh init, or the last good checkpoint.") -> None:
+    """Raise where a concrete leaf of ``params`` holds NaN or inf, naming it as ``name`` and saying ``fix`` (read
+    on the host: no program is compiled; traced leaves, and arrays spread over other processes, are left alone)."""
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
         if isinstance(leaf, jax.core.Tracer) or (isinstance(leaf, jax.Array) and not leaf.is_fully_addressable):
             continue
@@ -215,8 +216,7 @@ def check_finite(params: PyTree, name: str = "params") -> None:
         if bad.size:
             raise ValueError(
                 f"{name}{jax.tree_util.keystr(path)} holds {bad.size} NaN or inf value(s) (the first at flat index "
-                f"{bad[0]}: {values.ravel()[bad[0]]}); every member would be invalid. Start from finite params: a "
-                "fresh init, or the last good checkpoint."
+                f"{bad[0]}: {values.ravel()[bad[0]]}); every member would be invalid. {fix}"
             )
 
 

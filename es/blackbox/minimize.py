@@ -357,9 +357,8 @@ def _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed):
         raise TypeError(f"es.minimize(x0=...): x0 must be an array of numbers (or a pytree of them): {error}") from None
     if not arrays or sum(a.size for a in arrays) == 0:
         raise ValueError("es.minimize(x0=...): x0 is empty; give the initial point, e.g. np.zeros(10).")
-    if not all(np.all(np.isfinite(a)) for a in arrays):
-        raise ValueError("es.minimize(x0=...): x0 must be finite (it holds NaN or inf); start from a feasible point.")
     x0 = jax.tree.unflatten(jax.tree.structure(x0), arrays)
+    validation.check_finite(x0, "es.minimize(x0=...): x0", "Start from a finite point (x0 must be finite).")
     sigma0 = validation.check_float("es.minimize", "sigma0", sigma0, positive=True, example="0.5")
     if restarts is not None:
         validation.check_choice("es.minimize", "restarts", restarts, RESTARTS[1:])
