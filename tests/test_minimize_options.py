@@ -100,7 +100,7 @@ def test_a_sigma0_wider_than_the_box_warns_naming_the_coordinate_and_a_scale_whe
         with pytest.raises(ValueError, match="max_evals=1"):  # warned before the checks, before any compile
             es.minimize(sphere, X0, 2.0, strategy=es.SNES(popsize=8), max_evals=1, bounds=(LOWER, UPPER))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # CMA-ES's standard deviations are kept within the box instead
+        warnings.simplefilter("error")  # CMA-ES starts with its standard deviations limited instead
         es.minimize(sphere, X0, 2.0, max_evals=16, bounds=(LOWER, UPPER))
 
 
