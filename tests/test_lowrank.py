@@ -105,7 +105,7 @@ def test_factored_and_materialised_give_the_same_fitness_within_float_tolerance(
 def test_factored_members_share_the_unbatched_base_and_materialise_to_the_members():
     params = mlp_params()
     noise = es.LowRankNoise(rank=2, factored=True)
-    generation = population.Generation(noise, None, jax.random.key(3), params, jnp.float32(0.1), True)
+    generation = population.Generation(noise, None, jax.random.key(3), params, jnp.float32(0.1), True, vectors=2)
     chunk = jnp.arange(4, dtype=jnp.int32)
     inputs, axes = generation.fitness_inputs(chunk)
     assert isinstance(inputs["w1"], es.LowRank) and axes["w1"] == es.LowRank(None, (0, 0), 0)

@@ -128,7 +128,8 @@ def evaluate_both_ways(params, sigma):
 
     @functools.partial(jax.jit, static_argnums=0)
     def evaluate(pairs):
-        generation = population.Generation(strategy.noise, None, gen_key, params, jnp.float32(sigma), True)
+        generation = population.Generation(strategy.noise, None, gen_key, params, jnp.float32(sigma), True,
+                                          vectors=12)
         return map_chunks(lambda chunk: fitness.evaluate(generation, chunk, (), pairs), members, 6)
 
     return evaluate(True), evaluate(False)

@@ -94,8 +94,9 @@ def this_generation(strategy: Strategy, hp, noise_aux: Any, state: State) -> pop
     """The members of the generation that ``state`` is about to run (rebuilt on demand)."""
     scale = strategy.scale(hp, state.strategy_state, state.generation)
     gen_key = population.generation_key(state.key, state.generation)
+    vectors = strategy.popsize // 2 if strategy.antithetic else strategy.popsize
     return population.Generation(
-        strategy.noise, noise_aux, gen_key, state.params, scale, strategy.antithetic, state.generation
+        strategy.noise, noise_aux, gen_key, state.params, scale, strategy.antithetic, state.generation, vectors=vectors
     )
 
 

@@ -95,10 +95,16 @@ class Generation:
       antithetic: whether members come in ``+/-`` pairs.
       generation: the generation's number (int32 scalar), for messages about
         its members (``es.HostFitness`` names the generation that failed).
+      vectors: how many noise vectors the generation has (``popsize``, or
+        ``popsize / 2`` antithetic): their keys are derived once, here, and
+        every use (evaluation, sums, the best member) reads them, where each
+        use derived its own: the same keys, and about a tenth less compile
+        time (docs/benchmarks.md).
     """
 
-    def __init__(self, noise, aux, key, params, scale, antithetic: bool, generation=None):
+    def __init__(self, noise, aux, key, params, scale, antithetic: bool, generation=None, *, vectors: int):
         self.noise, self.aux, self.key = noise, aux, key
+        self.vector_keys = jax.vmap(noise_key, in_axes=(None, 0))(key, jnp.arange(vectors))
         self.generation = generation
         self.params, self.scale, self.antithetic = params, scale, antithetic
         self.flat, self.unravel = ravel_pytree(params)
@@ -107,8 +113,8 @@ class Generation:
         self.dtype = compute_dtype(self.flat.dtype)
 
     def noise_keys(self, indices: jax.Array) -> jax.Array:
-        """The keys of the noise vectors ``indices``."""
-        return jax.vmap(noise_key, in_axes=(None, 0))(self.key, indices)
+        """The keys of the noise vectors ``indices`` (any shape; a scalar index gives one key)."""
+        return self.vector_keys[indices]
 
     def eval_keys(self, members: jax.Array, shared_by: str = "member") -> jax.Array:
         """The keys ``fitness_fn`` receives for ``members`` (``eval_key`` of each)."""
@@ -152,7 +158,7 @@ class Generation:
     def member(self, member: jax.Array):
         """The params of one member (a scalar int32 index)."""
         index = noise_index(member, self.antithetic)
-        eps = self.noise.sample(self.aux, noise_key(self.key, index), self.layout)
+        eps = self.noise.sample(self.aux, self.noise_keys(index), self.layout)
         return self.perturb(noise_sign(member, self.antithetic), eps)
 
     def member_coordinates(self, member: jax.Array, start=0, size: int | None = None) -> jax.Array:
@@ -166,7 +172,7 @@ class Generation:
         size = self.dim if size is None else size
         whole = isinstance(start, int) and start == 0 and size == self.dim
         index = noise_index(member, self.antithetic)
-        key, sign = noise_key(self.key, index), noise_sign(member, self.antithetic)
+        key, sign = self.noise_keys(index), noise_sign(member, self.antithetic)
         mean = self.flat if whole else jax.lax.dynamic_slice(self.flat, (start,), (size,))
         if jnp.ndim(self.scale) == 2:
             assert whole, "a matrix scale is never split"
