@@ -110,9 +110,13 @@ def test_ipop_doubles_the_population_at_each_restart():
     def rastrigin(x):
         return float(10 * len(x) + np.sum(x**2 - 10 * np.cos(2 * np.pi * x)))
 
-    result = es.minimize(rastrigin, np.full(2, 3.0), 2.0, max_evals=20_000, restarts="ipop", target=1e-8, seed=3)
+    with programs_built() as built:
+        result = es.minimize(rastrigin, np.full(2, 3.0), 2.0, max_evals=20_000, restarts="ipop", target=1e-8,
+                             seed=3)
     sizes = [run.popsize for run in result.restarts]
     assert sizes == [6 * 2**k for k in range(len(sizes))] and len(sizes) > 2  # 4 + floor(3 ln 2) = 6
+    # A Python objective's call builds no popsize it does not run (no next large run's program ahead of time).
+    assert built.count("jit(_tell_ask_compiled)") <= len(sizes), built
     assert sum(run.nfev for run in result.restarts) == result.nfev
     assert result.fun <= 1e-8 and result.success
     assert all(math.isfinite(run.fun) for run in result.restarts)  # each run's own best, improving or not

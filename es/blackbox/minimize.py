@@ -228,7 +228,7 @@ class _Minimization:
                 stop = f"max_evals: the budget of {self.max_evals} evaluations is spent"
                 break
             before = (self.nfev, self.nit)
-            if schedule.restarts is not None:  # compile the next large run's meanwhile
+            if schedule.restarts is not None and self.kind != "python":  # compile the next large run's meanwhile
                 self.programs.prefetch(self.with_layers(
                     dataclasses.replace(strategy, popsize=schedule.next_large_popsize())))
             run_stop = self.one_run(strategy, settings, len(self.runs))
@@ -313,7 +313,12 @@ class _Minimization:
 class _Programs:
     """The ask/tell loop's program of the runs, by popsize: a new popsize is a new program, and the
     next large run's is compiled on a background thread while the current run goes on (``prefetch``).
-    Compiled programs are kept for the life of the process (``_COMPILED``), as JAX keeps its own."""
+    Compiled programs are kept for the life of the process (``_COMPILED``), as JAX keeps its own.
+
+    Only where this thread mostly waits (a JAX function, which XLA runs; an ``es.HostFitness``, whose workers
+    do): with a Python objective this thread evaluates it, holding the GIL that tracing and lowering on the
+    other thread need, so on two cores the prefetch slowed the README example (a first call 4.47 against
+    5.54 s without it) where it speeds a JAX function's (docs/benchmarks.md, "Compilation in a BIPOP run")."""
 
     def __init__(self, x0):
         self.x0 = x0
