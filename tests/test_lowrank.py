@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import sphere
+from helpers import programs_built, sphere
 
 import es
 from es.engine import execution
@@ -148,6 +148,17 @@ def test_strategies_that_adapt_per_coordinate_variances_refuse_low_rank_noise(ma
     with pytest.raises(ValueError, match=fragment):
         make(es.LowRankNoise())
     make(es.GaussianNoise())  # fine with full-rank noise
+
+
+def test_low_rank_noise_on_params_without_a_matrix_is_refused_before_compiling():
+    strategy = es.OpenES(popsize=16, noise=es.LowRankNoise())
+    state = strategy.init(jax.random.key(0), {"b": jnp.zeros(8), "c": jnp.zeros(())})
+    with programs_built() as built:
+        for call in (lambda: es.evolve(strategy, sphere, state, 1), lambda: es.ask(strategy, state)):
+            with pytest.raises(ValueError, match=r"LowRankNoise\(.*no leaf with two or more axes.*\[\(8,\), \(\)\]"
+                                                 r".*use noise=es.GaussianNoise\(\)"):
+                call()
+    assert built == [], built
 
 
 def test_bad_low_rank_settings_are_refused_naming_the_argument():

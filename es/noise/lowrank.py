@@ -153,6 +153,12 @@ class LowRankNoise:
     def check(self, layout: Layout) -> None:
         if layout.dim >= 2**32 or self.draw_size(layout) >= 2**32:
             raise ValueError(f"LowRankNoise: {layout.dim} params need 64-bit counters; use fewer than 2**32.")
+        if all(layout.matrix_shape(shape) is None for shape in layout.shapes):
+            raise ValueError(
+                f"{self!r}: the params have no leaf with two or more axes (leaf shapes {list(layout.shapes)}), so "
+                "every coordinate would get full-rank noise, as es.GaussianNoise() gives; pass weight matrices as "
+                "2-D leaves (e.g. {'w': w.reshape(m, n)}) or use noise=es.GaussianNoise()."
+            )
 
     def prepare(self, layout: Layout) -> None:
         del layout
