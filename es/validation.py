@@ -15,6 +15,7 @@ they are: they were checked when they were Python numbers.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from typing import Any, Iterable
@@ -158,10 +159,19 @@ def check_optional_bool(owner: str, name: str, value) -> bool | None:
     return value
 
 
+def closest(word, choices: Iterable) -> str | None:
+    """The choice most like ``word`` (``difflib``'s closest match, by ``str``), or ``None``: the "did you mean"
+    of every message that refuses an unknown name."""
+    matches = difflib.get_close_matches(str(word), [str(choice) for choice in choices], n=1)
+    return matches[0] if matches else None
+
+
 def check_choice(owner: str, name: str, value, choices: Iterable[str]) -> str:
     choices = list(choices)
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{call(owner, name, value)} is unknown; use one of {choices}.")
+        match = closest(value, choices) if isinstance(value, str) else None
+        hint = f" (did you mean {match!r}?)" if match else ""
+        raise ValueError(f"{call(owner, name, value)} is unknown; use one of {choices}{hint}.")
     return value
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 import inspect
 import json
@@ -286,8 +285,10 @@ def dump(config: dict) -> str:
 
 
 def _suggest(word: str, choices) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    from es import validation
+
+    close = validation.closest(word, choices)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def _check_known(section: str, key: str | None = None, context: str = "", values: dict | None = None) -> None:

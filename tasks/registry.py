@@ -10,7 +10,6 @@ does not import gymnax.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Any, Callable
 
@@ -72,9 +71,11 @@ def _lookup(name: str) -> Callable[..., Any]:
     for list_names, factory_for in _FAMILIES:
         if name in list_names():
             return factory_for(name)
+    from es import validation  # only for the message
+
     valid = names()
-    close = difflib.get_close_matches(name, valid, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    close = validation.closest(name, valid)
+    hint = f"did you mean {close!r}? " if close else ""
     raise ValueError(f"unknown task {name!r}; {hint}valid names: {valid}")
 
 
@@ -84,7 +85,9 @@ def make(name: str, **kwargs: Any) -> Any:
     valid = _options(factory)
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
-        close = [match for option in unknown for match in difflib.get_close_matches(option, valid, n=1)]
+        from es import validation  # only for the message
+
+        close = [match for option in unknown if (match := validation.closest(option, valid))]
         hint = f"did you mean {close}? " if close else ""
         raise ValueError(f"unknown option(s) {unknown} for task {name!r}; {hint}valid options: {valid}")
     return factory(**kwargs)

@@ -179,6 +179,7 @@ def test_bipop_solves_a_multimodal_function_the_first_run_does_not():
     (dict(sigma0=-1.0), ValueError, ["sigma0"]),
     (dict(max_evals=5), ValueError, ["es.minimize(max_evals=5)", "max_evals >= 8"]),
     (dict(restarts="sometimes"), ValueError, ["es.minimize(restarts='sometimes')", "'ipop'", "'bipop'"]),
+    (dict(restarts="bipopp"), ValueError, ["es.minimize(restarts='bipopp')", "(did you mean 'bipop'?)"]),
     (dict(strategy="CMAES"), TypeError, ["es.minimize(strategy='CMAES')", "es.SepCMAES"]),
     (dict(fun=42), TypeError, ["es.minimize(fun=42)", "callable"]),
     (dict(fun=lambda x: jnp.stack([x, x])), TypeError, ["fun(x) must return one real number"]),
