@@ -113,9 +113,10 @@ def check_float(
     if _traced(value):
         return value
     bound = _bound_text(positive, minimum, maximum)
+    bound = f" {bound}" if bound else ""
     e_g = f" (e.g. {example})" if example else ""
     if not is_real(value):
-        raise TypeError(f"{call(owner, name, value)}: {name} must be a float {bound}{e_g}.")
+        raise TypeError(f"{call(owner, name, value)}: {name} must be a float{bound}{e_g}.")
     number = float(value)
     if not (
         math.isfinite(number)
@@ -123,7 +124,7 @@ def check_float(
         and (minimum is None or number >= minimum)
         and (maximum is None or number <= maximum)
     ):
-        raise ValueError(f"{call(owner, name, value)}: {name} must be a finite float {bound}{e_g}.")
+        raise ValueError(f"{call(owner, name, value)}: {name} must be a finite float{bound}{e_g}.")
     return number
 
 

@@ -180,6 +180,7 @@ def test_bipop_solves_a_multimodal_function_the_first_run_does_not():
     (dict(max_evals=5), ValueError, ["es.minimize(max_evals=5)", "max_evals >= 8"]),
     (dict(restarts="sometimes"), ValueError, ["es.minimize(restarts='sometimes')", "'ipop'", "'bipop'"]),
     (dict(restarts="bipopp"), ValueError, ["es.minimize(restarts='bipopp')", "(did you mean 'bipop'?)"]),
+    (dict(target=-math.inf), ValueError, ["es.minimize(target=-inf): target must be a finite float (e.g. 1e-8)."]),
     (dict(strategy="CMAES"), TypeError, ["es.minimize(strategy='CMAES')", "es.SepCMAES"]),
     (dict(fun=42), TypeError, ["es.minimize(fun=42)", "callable"]),
     (dict(fun=lambda x: jnp.stack([x, x])), TypeError, ["fun(x) must return one real number"]),
