@@ -13,6 +13,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+from es import validation
+
 _FACTORIES: dict[str, Callable[..., Any]] = {}
 _FAMILIES: list[tuple[Callable[[], list[str]], Callable[[str], Callable[..., Any]]]] = []
 
@@ -71,8 +73,6 @@ def _lookup(name: str) -> Callable[..., Any]:
     for list_names, factory_for in _FAMILIES:
         if name in list_names():
             return factory_for(name)
-    from es import validation  # only for the message
-
     valid = names()
     close = validation.closest(name, valid)
     hint = f"did you mean {close!r}? " if close else ""
@@ -85,8 +85,6 @@ def make(name: str, **kwargs: Any) -> Any:
     valid = _options(factory)
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
-        from es import validation  # only for the message
-
         close = [match for option in unknown if (match := validation.closest(option, valid))]
         hint = f"did you mean {close}? " if close else ""
         raise ValueError(f"unknown option(s) {unknown} for task {name!r}; {hint}valid options: {valid}")
