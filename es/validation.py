@@ -167,11 +167,16 @@ def closest(word, choices: Iterable) -> str | None:
     return matches[0] if matches else None
 
 
+def did_you_mean(word, choices: Iterable) -> str:
+    """``" (did you mean 'x'?)"`` with ``closest(word, choices)``, or ``""`` where none is close."""
+    match = closest(word, choices)
+    return f" (did you mean {match!r}?)" if match else ""
+
+
 def check_choice(owner: str, name: str, value, choices: Iterable[str]) -> str:
     choices = list(choices)
     if not isinstance(value, str) or value not in choices:
-        match = closest(value, choices) if isinstance(value, str) else None
-        hint = f" (did you mean {match!r}?)" if match else ""
+        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
         raise ValueError(f"{call(owner, name, value)} is unknown; use one of {choices}{hint}.")
     return value
 

@@ -287,8 +287,7 @@ def dump(config: dict) -> str:
 def _suggest(word: str, choices) -> str:
     from es import validation
 
-    close = validation.closest(word, choices)
-    return f" (did you mean {close!r}?)" if close else ""
+    return validation.did_you_mean(word, choices)
 
 
 def _check_known(section: str, key: str | None = None, context: str = "", values: dict | None = None) -> None:

@@ -41,6 +41,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from es.strategies.cma_es import eigenvalue_floor
+
 METHODS = ("transform", "penalty")
 
 
@@ -117,9 +119,10 @@ def into_limits(box: Box, state):
     """``state`` (an ``es.State`` of ``es.CMAES`` or ``es.SepCMAES``) with no coordinate's sampling standard
     deviation ``sigma A_i sqrt(C_ii)`` above ``max_stds(box)``, as pycma's ``_stds_into_limits``: with ``s_i =
     min(1, max_std_i / std_i)`` and ``s_max = max_i s_i``, ``sigma <- s_max sigma``, ``C <- S C S / s_max^2`` and
-    ``p_c <- S p_c / s_max`` (``S = diag(s)``), ``B`` and ``d`` again from ``C`` (``es.strategies.cma_es.eigen``'s
-    floor): the standard deviations of pycma's ``sigma_vec``, and ``C`` keeps its scale. ``None`` where no
-    coordinate is over its limit (the state stays as it is, bit for bit) or the strategy keeps no covariance.
+    ``p_c <- S p_c / s_max`` (``S = diag(s)``), ``B`` and ``d`` again from ``C`` (floored as
+    ``es.strategies.cma_es.eigen`` floors them): the standard deviations of pycma's ``sigma_vec``, and ``C``
+    keeps its scale. ``None`` where no coordinate is over its limit (the state stays as it is, bit for bit) or
+    the strategy keeps no covariance.
 
     ``es.minimize`` applies it to each run's first state: a ``sigma0`` many times the box's width then starts
     at a third of it, where the members would otherwise land on the box's faces. pycma applies it after every
@@ -153,9 +156,9 @@ def into_limits(box: Box, state):
         return state._replace(strategy_state=inner._replace(cov=put(cov * shrink**2)))
     cov = cov * shrink[:, None] * shrink[None, :]
     values, vectors = np.linalg.eigh(cov)
-    tiny = np.finfo(inner.sigma.dtype).tiny / np.finfo(inner.sigma.dtype).eps
+    floor = eigenvalue_floor(inner.sigma.dtype)
     return state._replace(strategy_state=inner._replace(
-        cov=put(cov), basis=put(vectors), scales=put(np.sqrt(np.maximum(values, tiny)))))
+        cov=put(cov), basis=put(vectors), scales=put(np.sqrt(np.maximum(values, floor)))))
 
 
 def _on_device(value: np.ndarray, dtype):

@@ -244,8 +244,13 @@ def eigen(cov: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(B, d)``: the eigenvectors and the square roots of the eigenvalues of the symmetrised ``cov`` (the
     eigenvalues floored at a tiny positive value, so that ``d`` stays real and ``B D`` invertible)."""
     values, vectors = jnp.linalg.eigh((cov + cov.T) / 2)
-    tiny = jnp.finfo(cov.dtype).tiny / jnp.finfo(cov.dtype).eps
-    return vectors, jnp.sqrt(jnp.maximum(values, tiny))
+    return vectors, jnp.sqrt(jnp.maximum(values, eigenvalue_floor(cov.dtype)))
+
+
+def eigenvalue_floor(dtype) -> float:
+    """The least eigenvalue ``eigen`` keeps: ``tiny / eps`` of ``dtype`` (a Python float, for JAX and numpy)."""
+    info = np.finfo(dtype)
+    return float(info.tiny / info.eps)
 
 
 def _diagonal(matrix: jax.Array) -> jax.Array:
