@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 NOISE_BUDGET_FLOATS = 2**24  # 64 MiB of float32: the most any batch of noise may hold
 EVAL_BUDGET_FLOATS = 2**19  # 2 MiB: an evaluation micro-batch's perturbations stay in a core's L2
+ACCELERATOR_BUDGET_FLOATS = 2**27  # 512 MiB: on a GPU or TPU, batches as large as memory comfortably allows
 UPDATE_CHUNK = 16  # fewest noise vectors per fused step of the gradient sum
 
 REFERENCE_MESH_SIZE = 8  # default micro-batches divide the local population on 1, 2, 4, 8 devices
@@ -19,6 +20,15 @@ REFERENCE_MESH_SIZE = 8  # default micro-batches divide the local population on 
 def budget_batch_size(dim: int, budget: int = NOISE_BUDGET_FLOATS) -> int:
     """How many ``dim``-float noise vectors fit ``budget`` floats (at least 1)."""
     return max(1, budget // dim)
+
+
+def eval_budget_floats() -> int:
+    """Floats an evaluation micro-batch (or a step of the gradient sum) may hold, for JAX's default backend,
+    which compiles the run: on a CPU ``EVAL_BUDGET_FLOATS`` (small batches stay in cache, docs/benchmarks.md);
+    on a GPU or TPU ``ACCELERATOR_BUDGET_FLOATS``, where every step of a loop over batches costs kernel
+    launches and a small batch leaves the device idle (on an H200, the CPU's budget ran 2-5x slower than
+    evosax's one batch; docs/benchmarks.md, "On a GPU")."""
+    return EVAL_BUDGET_FLOATS if jax.default_backend() == "cpu" else ACCELERATOR_BUDGET_FLOATS
 
 
 def default_eval_batch_size(popsize: int, dim: int, antithetic: bool = False) -> int:
@@ -34,10 +44,11 @@ def default_eval_batch_size(popsize: int, dim: int, antithetic: bool = False) ->
 
     Small batches are faster on CPU (docs/benchmarks.md, "Measurements behind
     the defaults") because the perturbations stay in
-    cache between being built and being evaluated.
+    cache between being built and being evaluated; accelerators take the
+    largest (``eval_budget_floats``).
     """
     base = popsize // math.gcd(popsize, REFERENCE_MESH_SIZE)
-    limit = budget_batch_size(dim, EVAL_BUDGET_FLOATS)
+    limit = budget_batch_size(dim, eval_budget_floats())
     divisors = [d for d in range(1, base + 1) if base % d == 0]
     if antithetic and base % 2 == 0:
         return max(d for d in divisors if d % 2 == 0 and d <= max(2, limit))
@@ -51,9 +62,10 @@ def default_update_batch_size(dim: int) -> int:
     chunks keep the loop's working set in cache at large ``dim``, and at small
     ``dim`` a chunk as large as ``EVAL_BUDGET_FLOATS`` allows amortises the
     loop's per-step overhead (docs/benchmarks.md). At least ``UPDATE_CHUNK``, at
-    most the noise budget.
+    most the noise budget (on a GPU or TPU, ``eval_budget_floats`` for both).
     """
-    return min(max(UPDATE_CHUNK, EVAL_BUDGET_FLOATS // dim), budget_batch_size(dim))
+    budget = eval_budget_floats()
+    return min(max(UPDATE_CHUNK, budget // dim), budget_batch_size(dim, max(budget, NOISE_BUDGET_FLOATS)))
 
 
 def _length(xs: Any) -> int:

@@ -358,7 +358,7 @@ class Strategy:
             ``init(key, params, fitness=task.fitness)`` works for either.
         """
         validation.check_key(key)
-        params = jax.tree.map(jnp.asarray, params)
+        params = jax.tree.map(strongly_typed, params)
         validation.check_params(params)
         validation.check_finite(params)
         fitness = None if fitness is None else adapter(fitness, f"{type(self).__name__}.init(fitness=...)")
@@ -402,6 +402,20 @@ def filled(shape: tuple[int, ...], value, dtype) -> jax.Array:
     if isinstance(value, jax.core.Tracer):
         return jnp.full(shape, value, dtype)
     return jax.device_put(np.full(shape, value, dtype))
+
+
+def strongly_typed(x) -> jax.Array:
+    """``x`` as a JAX array without JAX's weak type.
+
+    ``jnp.full(n, 0.5)`` and Python floats are weakly typed; the params a run returns are not, and a weak type
+    is part of what a compiled program is keyed on: a first state with weakly typed params would make the
+    second ``evolve`` call compile the program again. A concrete leaf is rebuilt on the host (no program
+    compiled), a traced one converted.
+    """
+    x = jnp.asarray(x)
+    if not jax.typeof(x).weak_type:
+        return x
+    return jax.lax.convert_element_type(x, x.dtype) if isinstance(x, jax.core.Tracer) else jax.device_put(np.asarray(x))
 
 
 def initial_state(strategy: Strategy, key: jax.Array, params: PyTree, fitness) -> State:

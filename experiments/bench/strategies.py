@@ -3,6 +3,7 @@
     python -m experiments.bench.strategies                 # the full grid (30-40 min on 2 shared CPU cores)
     python -m experiments.bench.strategies --quick         # a smoke subset (a few minutes)
     python -m experiments.bench.strategies --out /tmp/strategies.json   # also writes /tmp/strategies.md
+    python -m experiments.bench.strategies --no-quality --speed 1000000x1024   # one speed cell per strategy
 
 Pairs (``PAIRS``): ``es.OpenES`` / ``Open_ES``, ``es.SNES`` / ``SNES``,
 ``es.PGPE`` / ``PGPE``, ``es.ARS`` / ``ARS``, ``es.SepCMAES`` /
@@ -342,15 +343,18 @@ def report(result: dict) -> str:
         f"`+` es better, `=` tie, **-** es worse. es is *no worse* when g_es <= (1 + {REL_TOL}) g_evosax + {ABS_TOL:g}.",
         "",
     ]
+    if not cells:  # --no-quality: the speed cells alone
+        lines = lines[:2]
     for dim in sorted({c["dim"] for c in cells}):
         lines += [f"#### {dim} dimensions", "", quality_table(cells, dim), ""]
-    left = {name: sum(c[name].get("outside", 0) for c in cells) for name in ("es", "evosax")}
-    lines += [f"Runs whose final mean left the search box (scored at its projection): es {left['es']}, "
-              f"evosax {left['evosax']} of {len(cells) * result['seeds']} each.", ""]
-    lines += ["#### Score", "", score_table(cells), "",
-              f"No worse in {s['better'] + s['tie']} of {s['cells']} cells ({100 * s['no_worse']:.0f}%): "
-              f"target >= 80% {target}.", "",
-              "#### Seconds per generation on the quality cells (median over functions)", "", time_table(cells), ""]
+    if cells:
+        left = {name: sum(c[name].get("outside", 0) for c in cells) for name in ("es", "evosax")}
+        lines += [f"Runs whose final mean left the search box (scored at its projection): es {left['es']}, "
+                  f"evosax {left['evosax']} of {len(cells) * result['seeds']} each.", ""]
+        lines += ["#### Score", "", score_table(cells), "",
+                  f"No worse in {s['better'] + s['tie']} of {s['cells']} cells ({100 * s['no_worse']:.0f}%): "
+                  f"target >= 80% {target}.", "",
+                  "#### Seconds per generation on the quality cells (median over functions)", "", time_table(cells), ""]
     if result.get("speed"):
         lines += [f"#### Speed: sphere, {result['speed'][0]['params']:,} params, popsize "
                   f"{result['speed'][0]['popsize']:,} ({result['speed'][0]['generations']} generations per call, "
@@ -368,6 +372,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of the speed cells")
     parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--no-quality", action="store_true", help="only the speed cells")
+    parser.add_argument("--speed", metavar="PARAMSxPOPSIZE", default=None,
+                        help=f"the speed cell's size (default {SPEED[0]}x{SPEED[1]})")
     args = parser.parse_args()
 
     began = time.perf_counter()
@@ -380,7 +387,7 @@ def main() -> None:
     print(f"# es strategies vs evosax ({'quick' if args.quick else 'full'}), machine: {machine}", flush=True)
 
     cells = []
-    for dim in dims:
+    for dim in () if args.no_quality else dims:
         for function in functions:
             for strategy in args.strategies:
                 cell = cell_for(strategy, function, dim, QUICK["generations"] if args.quick else None)
@@ -393,6 +400,8 @@ def main() -> None:
     speed = []
     if not args.no_speed:
         dim, popsize = QUICK["speed"] if args.quick else SPEED
+        if args.speed:
+            dim, popsize = (int(float(v)) for v in args.speed.lower().split("x"))
         for strategy in args.strategies:
             speed.append(run_speed(strategy, dim, popsize, SPEED_GENERATIONS, args.rounds))
             print(f"speed {strategy}: es {speed[-1]['es_s_per_gen']:.3g} s/gen, evosax "

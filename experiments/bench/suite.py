@@ -4,6 +4,7 @@
     python -m experiments.bench.suite --quick    # a subset, under 5 minutes on 2 CPU cores
     python -m experiments.bench.suite --out /tmp/suite.json   # also writes /tmp/suite.md and /tmp/suite.png
     python -m experiments.bench.suite --sphere 1000000x1024 100000x4096 --no-tasks --out /tmp/targets.json
+    python -m experiments.bench.suite --sphere --eval-batch-size 256   # the tasks, es evaluating 256 at once
 
 Every implementation of a configuration runs in its own long-lived worker
 process (compiled once, then timed on command), and the parent alternates
@@ -96,7 +97,8 @@ def _build(spec: dict, generations: int):
         noise = es.NoiseTable(size=TABLE_SIZE) if spec["impl"] == "es table" else es.GaussianNoise()
         strategy = es.OpenES(popsize=popsize, sigma=SIGMA, optimizer=optimizer, noise=noise)
         state = strategy.init(key, params, fitness=fitness)
-        run = jax.jit(lambda s: es.evolve(strategy, fitness, s, generations))
+        batch = spec.get("eval_batch_size")
+        run = jax.jit(lambda s: es.evolve(strategy, fitness, s, generations, eval_batch_size=batch))
         return run.lower(state).compile(), (state,)
 
     from evosax.algorithms import Open_ES
@@ -158,7 +160,10 @@ def worker(spec: dict) -> None:
         xla_bytes = None
         if memory is not None:
             xla_bytes = memory.temp_size_in_bytes + memory.argument_size_in_bytes + memory.output_size_in_bytes
-        if limit and xla_bytes and xla_bytes + _virtual_bytes() > limit:
+        # On a CPU the program shares the process's memory; an accelerator's is its own (and CUDA reserves tens of
+        # GiB of address space, which _virtual_bytes would count).
+        in_use = _virtual_bytes() if jax.default_backend() == "cpu" else 0
+        if limit and xla_bytes and xla_bytes + in_use > limit:
             _emit({"status": "oom-predicted", "xla_bytes": xla_bytes})
             return
 
@@ -330,7 +335,7 @@ def reconstruction_child(dims: list[int]) -> None:
             batch = es.engine.batching.default_update_batch_size(dim)
 
             def rebuild(aux, w, noise=noise, batch=batch, dim=dim):
-                generation = population.Generation(noise, aux, gen_key, jnp.zeros(dim), 1.0, True)
+                generation = population.Generation(noise, aux, gen_key, jnp.zeros(dim), 1.0, True, vectors=vectors)
                 return sums.rebuild(generation, es.Coefficients(w), members, batch).linear
 
             rebuild = jax.jit(rebuild)
@@ -501,6 +506,8 @@ def main() -> None:
     parser.add_argument("--sphere", nargs="*", metavar="PARAMSxPOPSIZE", default=None,
                         help="sphere configurations to run instead of the grid, e.g. 1000000x1024 (none: only tasks)")
     parser.add_argument("--no-tasks", action="store_true", help="skip CartPole-v1 and Pendulum-v1")
+    parser.add_argument("--eval-batch-size", type=int, default=None, help="es's members per evaluation batch "
+                        "(default: es.evolve's, which divides the population on 1, 2, 4 and 8 devices alike)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--bytes-child", help=argparse.SUPPRESS)
     parser.add_argument("--reconstruction-child", help=argparse.SUPPRESS)
@@ -522,7 +529,8 @@ def main() -> None:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     machine = machine_description()
     print(f"# es vs evosax ({'quick' if args.quick else 'full'}), machine: {machine}", flush=True)
-    print(f"# rounds {rounds}, memory limit per worker {limit_gib:.1f} GiB", flush=True)
+    print(f"# rounds {rounds}, memory limit per worker {limit_gib:.1f} GiB, es eval_batch_size "
+          f"{args.eval_batch_size or 'default'}", flush=True)
 
     grid = SPHERE_QUICK if args.quick else SPHERE_FULL
     if args.sphere is not None:
@@ -540,7 +548,7 @@ def main() -> None:
     for problem, dim, popsize in configs:
         generations = generations_for(dim, popsize, work) if problem == "sphere" else (3 if args.quick else 10)
         spec = {"problem": problem, "params": dim, "popsize": popsize, "generations": generations,
-                "mem_limit_bytes": limit}
+                "mem_limit_bytes": limit, "eval_batch_size": args.eval_batch_size}
         records = measure({name: {**spec, "impl": name} for name in IMPLEMENTATIONS}, rounds, timeout=900)
         for record in records.values():
             record["generations"] = generations
@@ -566,7 +574,8 @@ def main() -> None:
     print(f"reconstruction measured [{time.perf_counter() - began:.0f} s]", flush=True)
 
     sections = [
-        f"Machine: {machine}. Rounds: {rounds} (medians); memory limit per worker {limit_gib:.1f} GiB.",
+        f"Machine: {machine}. Rounds: {rounds} (medians); memory limit per worker {limit_gib:.1f} GiB; es "
+        f"eval_batch_size {args.eval_batch_size or 'default'}.",
         "",
         "### Time per generation and throughput (ratios: es throughput / evosax throughput)",
         "",
