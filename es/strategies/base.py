@@ -409,13 +409,15 @@ def strongly_typed(x) -> jax.Array:
 
     ``jnp.full(n, 0.5)`` and Python floats are weakly typed; the params a run returns are not, and a weak type
     is part of what a compiled program is keyed on: a first state with weakly typed params would make the
-    second ``evolve`` call compile the program again. A concrete leaf is rebuilt on the host (no program
-    compiled), a traced one converted.
+    second ``evolve`` call compile the program again. A leaf on no particular device (``jnp.full``'s) is
+    rebuilt from the host, which compiles no program; a traced one, or one placed on devices, is converted.
     """
     x = jnp.asarray(x)
     if not jax.typeof(x).weak_type:
         return x
-    return jax.lax.convert_element_type(x, x.dtype) if isinstance(x, jax.core.Tracer) else jax.device_put(np.asarray(x))
+    if isinstance(x, jax.core.Tracer) or x.committed:
+        return jax.lax.convert_element_type(x, x.dtype)
+    return jax.device_put(np.asarray(x))
 
 
 def initial_state(strategy: Strategy, key: jax.Array, params: PyTree, fitness) -> State:
