@@ -16,7 +16,7 @@ import es
 from es.engine import generation as engine
 from es.engine import members as population
 from es.fitness import JaxFitness
-from es.engine.batching import default_eval_batch_size, map_chunks
+from es.engine.batching import default_eval_batch_size, default_update_batch_size, map_chunks
 from es.noise import Layout
 from es.noise import standard_normal
 
@@ -157,9 +157,11 @@ def test_pair_evaluation_members_differ_from_per_member_ones_by_at_most_one_roun
     np.testing.assert_allclose(pair_fitness.value, member_fitness.value, rtol=1e-6)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
 @pytest.mark.parametrize("popsize", [2, 8, 16, 24, 48, 64, 96, 256, 1000, 1024, 4096])
 @pytest.mark.parametrize("antithetic", [True, False])
-def test_pair_evaluation_is_chosen_identically_on_1_2_4_8_devices(popsize, antithetic):
+def test_pair_evaluation_is_chosen_identically_on_1_2_4_8_devices(popsize, antithetic, backend, monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)  # an accelerator's budget, 256x the CPU's
     strategy = es.OpenES(popsize=popsize, antithetic=antithetic)
     for dim in (10, 1000, 100_000, 1_000_000):
         batch = default_eval_batch_size(popsize, dim, antithetic)
@@ -169,6 +171,17 @@ def test_pair_evaluation_is_chosen_identically_on_1_2_4_8_devices(popsize, antit
         assert len(choices) == 1, (popsize, dim, batch)
         if antithetic and batch % 2 == 0:
             assert choices == {True}
+
+
+def test_an_accelerator_takes_batches_as_large_as_its_budget_where_a_cpu_keeps_cache_sized_ones(monkeypatch):
+    """At 1e6 params and popsize 1,024 (antithetic): on a CPU, a pair per evaluation batch and 16 vectors per
+    step of the sum (2**19 floats, and the sum's floor); on a GPU or TPU, 2**27 floats: 128 members (the
+    largest even divisor of 1,024 / 8 within 134) and 134 vectors per step."""
+    sizes = {}
+    for backend in ("cpu", "gpu", "tpu"):
+        monkeypatch.setattr(jax, "default_backend", lambda backend=backend: backend)
+        sizes[backend] = default_eval_batch_size(1024, 1_000_000, True), default_update_batch_size(1_000_000)
+    assert sizes == {"cpu": (2, 16), "gpu": (128, 134), "tpu": (128, 134)}
 
 
 def run(strategy, fitness_fn, params, generations, num_devices):
