@@ -41,3 +41,13 @@ def test_a_tiny_cell_runs_both_libraries_and_renders_a_report():
     report = strategies.report({"machine": "test", "seconds": 1.0, "popsize": {3: 8}, "generations": {3: 2},
                                 "seeds": 2, "cells": [result], "speed": []})
     assert "| sphere |" in report and "SNES / SNES" in report and "target >= 80%" in report
+
+
+def test_a_report_of_speed_cells_alone_has_no_quality_sections():
+    """``--no-quality``: the speed table, and neither the score nor a quality table of no cells."""
+    speed = {"strategy": "SNES", "params": 1_000_000, "popsize": 1024, "generations": 3, "rounds": 3,
+             "es_s_per_gen": 0.01, "evosax_s_per_gen": 0.02, "speedup": 2.0}
+    report = strategies.report({"machine": "test", "seconds": 60.0, "popsize": {}, "generations": {}, "seeds": 5,
+                                "cells": [], "speed": [speed]})
+    assert "| SNES | 1,000,000 | 1,024 | 0.01 | 0.02 | 2.00x | yes |" in report
+    assert "Score" not in report and "dimensions" not in report and "seeds per cell" not in report
