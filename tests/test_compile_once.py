@@ -36,6 +36,7 @@ def test_weakly_typed_params_give_a_first_state_typed_like_the_state_evolve_retu
     assert jax.typeof(weak).weak_type
     state = strategy.init(jax.random.key(0), {"w": weak, "b": 0.5})
     returned, _ = es.evolve(strategy, sphere, state, GENERATIONS)
+
     def types(state):
         return jax.tree.map(lambda x: (x.shape, x.dtype, jax.typeof(x).weak_type), state)
 

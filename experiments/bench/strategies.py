@@ -330,31 +330,35 @@ def speed_table(speed: list[dict]) -> str:
     return markdown_table(["strategy", "params", "popsize", "es s/gen", "evosax s/gen", "es speed-up", "es faster"], rows)
 
 
-def report(result: dict) -> str:
+def quality_sections(result: dict) -> list[str]:
+    """The report's lines about the quality cells: one table per dimension, the score, the seconds."""
     cells = result["cells"]
     s = score(cells)
     target = "met" if s["no_worse"] >= 0.8 else "NOT met"
     lines = [
-        f"Machine: {result['machine']}. Total wall time {result['seconds'] / 60:.0f} min.",
-        "",
         f"Popsize {result['popsize']} and generations {result['generations']} by dimension; initial scale "
         f"{SIGMA_FRACTION} x the search box's width for both libraries; {result['seeds']} seeds per cell. "
         f"Each cell: median over seeds of the final mean's gap f(mean) - f* (float64), es / evosax, then "
         f"`+` es better, `=` tie, **-** es worse. es is *no worse* when g_es <= (1 + {REL_TOL}) g_evosax + {ABS_TOL:g}.",
         "",
     ]
-    if not cells:  # --no-quality: the speed cells alone
-        lines = lines[:2]
     for dim in sorted({c["dim"] for c in cells}):
         lines += [f"#### {dim} dimensions", "", quality_table(cells, dim), ""]
-    if cells:
-        left = {name: sum(c[name].get("outside", 0) for c in cells) for name in ("es", "evosax")}
-        lines += [f"Runs whose final mean left the search box (scored at its projection): es {left['es']}, "
-                  f"evosax {left['evosax']} of {len(cells) * result['seeds']} each.", ""]
-        lines += ["#### Score", "", score_table(cells), "",
-                  f"No worse in {s['better'] + s['tie']} of {s['cells']} cells ({100 * s['no_worse']:.0f}%): "
-                  f"target >= 80% {target}.", "",
-                  "#### Seconds per generation on the quality cells (median over functions)", "", time_table(cells), ""]
+    left = {name: sum(c[name].get("outside", 0) for c in cells) for name in ("es", "evosax")}
+    lines += [f"Runs whose final mean left the search box (scored at its projection): es {left['es']}, "
+              f"evosax {left['evosax']} of {len(cells) * result['seeds']} each.", ""]
+    lines += ["#### Score", "", score_table(cells), "",
+              f"No worse in {s['better'] + s['tie']} of {s['cells']} cells ({100 * s['no_worse']:.0f}%): "
+              f"target >= 80% {target}.", "",
+              "#### Seconds per generation on the quality cells (median over functions)", "", time_table(cells), ""]
+    return lines
+
+
+def report(result: dict) -> str:
+    cells = result["cells"]
+    lines = [f"Machine: {result['machine']}. Total wall time {result['seconds'] / 60:.0f} min.", ""]
+    if cells:  # none with --no-quality: the speed cells alone
+        lines += quality_sections(result)
     if result.get("speed"):
         lines += [f"#### Speed: sphere, {result['speed'][0]['params']:,} params, popsize "
                   f"{result['speed'][0]['popsize']:,} ({result['speed'][0]['generations']} generations per call, "
