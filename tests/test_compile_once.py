@@ -29,21 +29,23 @@ def test_a_second_evolve_call_builds_no_program(name):
 
 
 def test_weakly_typed_params_give_a_first_state_typed_like_the_state_evolve_returns():
-    """``jnp.full(n, 0.5)`` is weakly typed, and the weak type is part of a program's key: init's state from it
+    """``jnp.full(n, 1.0)`` is weakly typed, and the weak type is part of a program's key: init's state from it
     made the second ``evolve`` call compile again (seen on a GPU, where it cost 1.8 s a call)."""
     strategy = STRATEGIES["SNES"]
-    weak = jnp.full(PARAMS.shape, 0.5)
+    weak = jnp.full(PARAMS.shape, 1.0)
     assert jax.typeof(weak).weak_type
-    state = strategy.init(jax.random.key(0), {"w": weak, "b": 0.5})
-    returned, _ = es.evolve(strategy, sphere, state, GENERATIONS)
 
     def types(state):
         return jax.tree.map(lambda x: (x.shape, x.dtype, jax.typeof(x).weak_type), state)
 
+    state = strategy.init(jax.random.key(0), weak)
+    returned, _ = es.evolve(strategy, sphere, state, GENERATIONS)  # PARAMS' program (jnp.ones: strongly typed)
     assert types(state) == types(returned)
     with programs_built() as built:
         jax.block_until_ready(es.evolve(strategy, sphere, returned, GENERATIONS))
     assert built == [], built
+    python_float = strategy.init(jax.random.key(0), {"b": 0.5})  # a Python float leaf, weakly typed too
+    assert not any(jax.typeof(x).weak_type for x in jax.tree.leaves(python_float))
 
 
 def test_the_default_mesh_and_a_one_device_mesh_share_one_program():
