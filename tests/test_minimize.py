@@ -263,14 +263,16 @@ def test_the_loops_program_takes_the_faster_compiling_options_on_a_cpu_for_small
     assert loop.compiler_options(3, "gpu", popsize=7) is None
 
 
-def test_an_xla_without_the_option_compiles_the_loop_with_its_defaults(monkeypatch):
+def test_an_xla_without_an_option_compiles_the_loop_with_the_others(monkeypatch):
+    """jax 0.11's XLA has no ``xla_cpu_use_fusion_emitters``: the loop is compiled with the options that remain
+    (here the optimisation level of a small first run), not with XLA's defaults."""
     monkeypatch.setattr(executable_cache, "directory", lambda: None)  # compiled here, never loaded
-    monkeypatch.setattr(loop, "SMALL_WORK", 0)  # COMPILER_OPTIONS alone
+    assert loop.compiler_options(3, "cpu", README_FIRST_RUN.popsize)["xla_backend_optimization_level"] == 0
     with float64():
         monkeypatch.setattr(loop, "COMPILER_OPTIONS", {"xla_cpu_no_such_option": False})  # as XLA would refuse it
         fallback = readme_loop(loop.Loop.compile(README_FIRST_RUN, jnp.full(3, 3.0)))
         monkeypatch.setattr(loop, "COMPILER_OPTIONS", {})
-        default = readme_loop(loop.Loop.compile(README_FIRST_RUN, jnp.full(3, 3.0)))  # XLA's defaults, asked for
+        default = readme_loop(loop.Loop.compile(README_FIRST_RUN, jnp.full(3, 3.0)))  # the level alone, asked for
         members = np.asarray(fallback.first())
         np.testing.assert_array_equal(members, np.asarray(default.first()))
         values = np.sum(members**2, axis=1)

@@ -54,7 +54,9 @@ def traced_output(fn: Callable, x0: PyTree) -> PyTree | None:
     """The shapes and dtypes of ``fn(x)`` for ``x`` shaped like ``x0`` when ``fn`` traces as JAX code whose value
     is computed from ``x``; ``None`` for a Python callable: one that does not trace, or whose traced value does
     not depend on ``x`` (a branch that returned a constant this time; its other branches may not trace)."""
-    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), x0)
+    # float64 without x64 is float32 here, as JAX will make it (jax 0.11 warns when it has to)
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jax.dtypes.canonicalize_dtype(np.result_type(x))),
+                        x0)
     try:  # through a fresh lambda: jax.jit keys its cache on (a weak reference to) the function it is given,
         # which crashes the process for extension objects such as cocoex problems once they are freed
         traced, out = jax.make_jaxpr(lambda x: fn(x), return_shape=True)(spec)

@@ -125,12 +125,14 @@ class Loop:
         given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
         switch, factor = jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), dtype)
         lowered = _tell_ask_compiled.lower(program, mesh, execution, hp, state, given, switch, factor)
-        try:
-            return lowered.compile(options)
-        except jax.errors.JaxRuntimeError as error:  # an XLA without the option: its default emitters
-            if not options or "option" not in str(error):
-                raise
-            return lowered.compile()
+        while True:
+            try:
+                return lowered.compile(options)
+            except jax.errors.JaxRuntimeError as error:  # an XLA without an option (jax 0.11: the emitters' flag)
+                unknown = {name for name in options or () if f"'{name}'" in str(error)}
+                if not unknown:
+                    raise
+                options = {name: value for name, value in options.items() if name not in unknown}
 
 
 _YES, _NO = np.bool_(True), np.bool_(False)
