@@ -29,6 +29,7 @@ def entries(tmp_path):
     """JAX's cache, and so this one, in ``tmp_path`` (empty: every program is compiled), and its entries' folder;
     the session's cache directory again afterwards."""
     previous = jax.config.jax_compilation_cache_dir
+    jax.clear_caches()  # nor compiled earlier in this process (by tests/test_minimize.py, run in one pytest with it)
     es.enable_compilation_cache(tmp_path)
     try:
         yield tmp_path / executable_cache.SUBDIRECTORY

@@ -68,18 +68,28 @@ def test_fn_gets_numpy_params_of_each_member_and_the_seed_of_its_evaluation_key(
 
 
 def test_a_stateful_host_fitness_folds_every_members_stats_into_the_state_in_member_order():
+    """Each member reports what its state showed it and its own seed: the update gets every member's stats, on
+    2 devices, in member order (its sum of ``(i + 1) seed_i`` over generation 1's members, as
+    ``es.host.member_seed`` gives their seeds, is exact in float32 and changes under any swap of two seeds)."""
     fitness = es.HostFitness(
-        lambda params, seed, fitness_state: (1.0, {"seen": np.float32(fitness_state["count"] + 1)}),
+        lambda params, seed, fitness_state: (1.0, {"seen": np.float32(fitness_state["count"] + 1),
+                                                  "seed": np.float32(seed % 100_003)}),
         num_workers=2,
-        init=lambda: {"count": jnp.zeros((), jnp.float32)},
-        update=lambda fitness_state, stats: {"count": fitness_state["count"] + jnp.sum(stats["seen"])},
-        stats={"seen": jax.ShapeDtypeStruct((), jnp.float32)},
+        init=lambda: {"count": jnp.zeros((), jnp.float32), "ordered": jnp.zeros((), jnp.float32)},
+        update=lambda fitness_state, stats: {"count": fitness_state["count"] + jnp.sum(stats["seen"]), "ordered": (
+            jnp.sum(stats["seed"] * jnp.arange(1, stats["seed"].shape[0] + 1, dtype=jnp.float32)))},
+        stats={"seen": jax.ShapeDtypeStruct((), jnp.float32), "seed": jax.ShapeDtypeStruct((), jnp.float32)},
     )
     with fitness:
         state = STRATEGY.init(jax.random.key(0), {"x": jnp.zeros(3)}, fitness=fitness)
+        key = state.key
         state, _ = es.evolve(STRATEGY, fitness, state, 2, mesh=es.make_mesh(2))
     # generation 0: 8 members report 0 + 1; generation 1: 8 members report 8 + 1.
     assert float(state.fitness_state["count"]) == 8 * 1 + 8 * 9
+    generation_key = population.generation_key(key, jnp.int32(1))
+    seeds = [int(es.host.member_seed(population.eval_key(generation_key, jnp.int32(i)))) % 100_003 for i in range(8)]
+    assert len(set(seeds)) == 8
+    assert float(state.fitness_state["ordered"]) == sum((i + 1) * seed for i, seed in enumerate(seeds))
 
 
 def test_a_host_generation_runs_no_collective_until_its_fitnesses_are_on_the_devices():

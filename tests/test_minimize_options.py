@@ -318,6 +318,21 @@ def test_constraints_give_the_best_feasible_point(g):
     assert result.ngev == result.nfev == len(recorder.points)
 
 
+@pytest.mark.parametrize("python_side", ["fun", "constraints"])
+def test_a_python_and_a_jax_callable_may_close_over_one_numpy_array(python_side):
+    """The Python callable's probe (``objective.traced_output``) fails part-way through its trace, which in
+    jax 0.10 leaves a copy of the array in the trace's precision; probed in float32, the float64 run's trace of
+    the JAX callable picked that copy up and failed to compile (a raw MLIR verifier error). A new array here, so
+    no earlier trace in this process has touched it."""
+    shift = np.full(DIM, 2.0)
+    python_fun, jax_fun = (lambda x: float(np.sum((x - shift) ** 2))), (lambda x: jnp.sum((x - shift) ** 2))
+    python_g, jax_g = (lambda x: np.array([np.sum(x - shift)])), (lambda x: jnp.sum(x - shift)[None])
+    fun, g = (python_fun, jax_g) if python_side == "fun" else (jax_fun, python_g)
+    result = es.minimize(fun, X0, 0.5, max_evals=16, constraints=g)
+    assert result.nfev == 16 and np.isfinite(result.fun) and result.feasible
+    assert result.fun == pytest.approx(float(np.sum((result.x - shift) ** 2)))
+
+
 def test_without_a_feasible_point_the_result_says_so_and_gives_the_least_violation():
     result = es.minimize(jax_sphere, np.zeros(DIM), 0.5, max_evals=400,
                          constraints=lambda x: jnp.stack([x[0] ** 2 + 1.0, -x[1]]))
@@ -371,6 +386,35 @@ def test_noisy_gives_the_point_with_the_best_estimate_not_the_luckiest_evaluatio
     assert result.fun == pytest.approx(np.mean(values[at_x][-uncertainty.FINAL_EVALUATIONS:]))
     assert values.min() < result.fun and np.sum(result.x**2) < 0.5
     assert result.nfev == len(recorder.points) <= 1500
+
+
+def final_estimate_at(result, recorder) -> bool:
+    """Whether ``result.fun`` is the mean of the last ``FINAL_EVALUATIONS`` evaluations at ``result.x``."""
+    at_x = np.array(recorder.values)[np.all(recorder.seen == result.x, axis=1)]
+    return at_x.size >= uncertainty.FINAL_EVALUATIONS and result.fun == pytest.approx(
+        np.mean(at_x[-uncertainty.FINAL_EVALUATIONS:]))
+
+
+def test_a_python_objectives_last_generation_leaves_the_final_evaluations_to_the_mean():
+    """A Python objective's generation may stop short at the budget: it stops short of the final mean's
+    evaluations too (it took them at some budgets, and result.x was then its luckiest single value)."""
+    for max_evals in range(300, 308):  # every remainder of the budget by the popsize (8)
+        rng = np.random.default_rng(0)
+        recorder = Recorder(lambda x: float(np.sum(x**2) + rng.standard_normal()))
+        result = es.minimize(recorder, np.full(DIM, 2.0), 1.0, max_evals=max_evals, noisy=True)
+        assert final_estimate_at(result, recorder), max_evals
+        assert result.nfev == len(recorder.points) <= max_evals
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_with_constraints_a_noisy_result_is_an_estimate_even_where_the_final_mean_is_infeasible(seed):
+    """The optimum on the boundary of ``x_0 >= 1``: where a run's final mean is infeasible, the best feasible
+    point is evaluated again in its place (before, result.x fell back to that point's single lucky value)."""
+    rng = np.random.default_rng(seed)
+    recorder = Recorder(lambda x: float(np.sum(x**2) + rng.standard_normal()))
+    result = es.minimize(recorder, np.full(DIM, 2.0), 1.0, max_evals=2000, noisy=True, seed=seed,
+                         constraints=lambda x: np.array([1.0 - x[0]]))
+    assert result.feasible and result.x[0] >= 1.0 and final_estimate_at(result, recorder)
 
 
 def test_a_noisy_objective_that_sometimes_fails_gives_the_mean_of_the_evaluations_that_did_not():
@@ -461,6 +505,7 @@ class Growing:
     (dict(constraints=lambda x: jnp.outer(x, x)), TypeError, ["a number or a 1-D array", "[4, 4]"]),
     (dict(constraints=Growing()), ValueError, ["returned 3 values", "but 2 before"]),
     (dict(constraints=lambda x: "no"), TypeError, ["a number or a 1-D array", "'no'"]),
+    (dict(constraints=lambda x: None), TypeError, ["a number or a 1-D array", "returned None"]),
 ])
 def test_bad_options_are_refused_naming_the_argument_and_the_fix(kwargs, error, fragments):
     x0 = kwargs.pop("x0", np.zeros(DIM))

@@ -146,6 +146,27 @@ def test_sigterm_finishes_the_segment_checkpoints_and_exits_143(config_path, ref
     assert_resumes_to_the_reference(run_dir, reference, lines)
 
 
+def test_a_second_sigterm_ends_a_segment_that_would_run_for_minutes_with_143_and_no_abort(config_path, tmp_path):
+    """XLA cannot stop a compiled segment, and the interpreter's exit aborted the process under it (SIGABRT, 134,
+    C++'s "terminate called"): the process now ends with the second signal's status, its last lines printed."""
+    run_dir = tmp_path / "at_once"
+    process = train(config_path, "--set", "run.generations=200000000", "--set", "run.segment=100000000",
+                    "--run-dir", run_dir)
+    assert process.stdout.readline().startswith("sphere(dim=6)")
+    time.sleep(3.0)  # compiling, then inside the segment
+    process.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert process.poll() is None, "the first signal waits for the segment"
+    process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    code, output = finish(process)
+    assert time.monotonic() - signalled < 20, output
+    assert code == 128 + signal.SIGTERM, output
+    assert "stopped at once by a second SIGTERM" in output and f"--resume {run_dir}" in output
+    assert "terminate called" not in output and "Fatal Python error" not in output
+    assert not (run_dir / "params.npz").exists()
+
+
 def test_bad_set_key_is_refused_before_anything_runs(config_path, tmp_path):
     run_dir = tmp_path / "bad"
     code, output = finish(train(config_path, "--set", "strategy.popsiz=16", "--run-dir", run_dir))
@@ -399,6 +420,7 @@ def test_every_tuned_gymnasium_env_trains_from_the_cli_on_two_devices(family, tm
     """The CLI's entry point (experiments.train.main, in this process: 8 emulated devices, run.num_devices 2,
     as a 2-core machine makes every core a device) with the tuned ARS defaults (tasks.defaults.GYM_STRATEGY;
     Ant with its common random numbers), 2 generations of 10-step episodes."""
+    from experiments import config as config_lib
     from experiments import train
     from tasks.defaults import GYM_STRATEGY
 
@@ -407,6 +429,8 @@ def test_every_tuned_gymnasium_env_trains_from_the_cli_on_two_devices(family, tm
     config.write_text(f'task: {{name: "gymnasium:{family}-v5", options: {{max_steps: 10}}}}\n'
                       f"strategy: {{name: ARS, {strategy}}}\n"
                       "run: {generations: 2, seed: 0, segment: 1, num_devices: 2}\n")
+    built = config_lib.build(config_lib.resolve(config_lib.load(config)))
+    assert built.task.common_random_numbers == ("generation" if family == "Ant" else None)
     code = train.main([str(config), "--run-dir", str(tmp_path / "run"), "--no-progress"])
     output = capsys.readouterr().out
     assert code == 0, output

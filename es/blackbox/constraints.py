@@ -54,8 +54,8 @@ class Lagrangian(NamedTuple):
 def checked_values(value, count: int | None, where: str) -> np.ndarray:
     """``g(x)`` as float64[m]: a number or a 1-D array of numbers, ``count`` of them if known; else a
     ``TypeError``/``ValueError`` that says what ``g`` returned."""
-    try:
-        array = np.asarray(value, np.float64)
+    try:  # None would be NaN (a member every g rejects): refused as what it is, a g that returned nothing
+        array = None if value is None else np.asarray(value, np.float64)
     except (TypeError, ValueError):
         array = None
     if array is None or array.ndim > 1:

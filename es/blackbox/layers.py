@@ -192,7 +192,8 @@ class Layers:
             return f, g
         if g is not None and self.options.constraint_kind == "jax":
             g = self.constraint_values(points)
-        for i in range(min(popsize, owner.max_evals - owner.nfev)):
+        kept = uncertainty.FINAL_EVALUATIONS if self.options.noisy else 0  # for the run's final mean
+        for i in range(min(popsize, owner.max_evals - owner.nfev - kept)):
             f[i] = objective.value_of(self.fun, self.flat.tree(points[i]), f"for member {i} of generation {owner.nit}")
             owner.nfev += 1
             if g is not None and self.options.constraint_kind == "python":
@@ -283,22 +284,25 @@ class Layers:
     # ------------------------------------------------------------------ the end of a run, and of the call
 
     def end_run(self, owner, loop) -> None:
-        """With ``noisy``: evaluate the run's final mean again and keep it as a candidate for ``result.x``."""
+        """With ``noisy``: evaluate the run's final mean again and keep it as a candidate for ``result.x``; where
+        that mean breaks a constraint, the best feasible point found so far instead (one evaluation of it is
+        all the call has: its estimate, not that value, then competes)."""
         if not self.options.noisy:
             return
         count = min(uncertainty.FINAL_EVALUATIONS, owner.max_evals - owner.nfev)
         if count < 1:
             return
-        mean = self.flat.rows(jax.tree.map(lambda a: np.asarray(a)[None], loop.state.params))
-        point = self.phenotypes(mean)
+        point = self.phenotypes(self.flat.rows(jax.tree.map(lambda a: np.asarray(a)[None], loop.state.params)))
+        violation = 0.0 if self.options.constraints is None else float(
+            constraints.violations(self.constraint_values(point))[0])
+        if violation > 0.0 and owner.best_x is not None:
+            point, violation = self.flat.rows(jax.tree.map(lambda a: np.asarray(a)[None], owner.best_x)), 0.0
         if self.kind == "python":
             values = [objective.value_of(self.fun, self.flat.tree(point[0]), "at a run's final mean")
                       for _ in range(count)]
         else:
             values = self.values(np.repeat(point, count, axis=0), owner.nit)
         owner.nfev += count
-        violation = 0.0 if self.options.constraints is None else float(
-            constraints.violations(self.constraint_values(point))[0])
         self.candidates.append((violation, uncertainty.estimate(values), point[0]))
 
     def outcome(self, owner) -> tuple[PyTree, float, bool, float]:

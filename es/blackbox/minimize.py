@@ -27,7 +27,6 @@ with the same shapes compiles none (tests/test_minimize.py).
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import math
 from typing import Any, Callable, NamedTuple
@@ -39,6 +38,7 @@ import numpy as np
 from es import compilation_cache, validation
 from es.blackbox import bounds as bounds_layer
 from es.blackbox import integers, layers, objective
+from es.blackbox.objective import float64
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
 from es.engine import loop, stopping
 from es.strategies import CMAES, SepCMAES
@@ -186,22 +186,6 @@ def run_key(seed, index: int) -> jax.Array:
     """The key of run ``index`` of a call with ``seed``: ``fold_in(key(seed), index)``, one small program where
     the eager calls compiled one each (the seed's conversion, the seeding and the fold)."""
     return jax.random.fold_in(jax.random.key(seed), index)
-
-
-@contextlib.contextmanager
-def float64():
-    """``jax_enable_x64`` on for the duration of the call, and back as it was.
-
-    The global setting, not ``jax.enable_x64``'s thread-local one: XLA's callback threads and an
-    ``es.HostFitness``'s dispatch thread see it too, and jax 0.10's caches of ``jax.numpy`` helpers mix
-    float32 and float64 constants across thread-local contexts.
-    """
-    was = bool(jax.config.jax_enable_x64)
-    jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", was)
 
 
 class _Minimization:

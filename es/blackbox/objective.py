@@ -13,6 +13,7 @@ traced value does not depend on ``x`` (a branch that returned a constant) is tak
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Callable
 
@@ -51,18 +52,38 @@ def kind_of(fun: Any, x0: PyTree) -> str:
 
 
 def traced_output(fn: Callable, x0: PyTree) -> PyTree | None:
-    """The shapes and dtypes of ``fn(x)`` for ``x`` shaped like ``x0`` when ``fn`` traces as JAX code whose value
-    is computed from ``x``; ``None`` for a Python callable: one that does not trace, or whose traced value does
-    not depend on ``x`` (a branch that returned a constant this time; its other branches may not trace)."""
-    # float64 without x64 is float32 here, as JAX will make it (jax 0.11 warns when it has to)
-    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jax.dtypes.canonicalize_dtype(np.result_type(x))),
-                        x0)
-    try:  # through a fresh lambda: jax.jit keys its cache on (a weak reference to) the function it is given,
-        # which crashes the process for extension objects such as cocoex problems once they are freed
-        traced, out = jax.make_jaxpr(lambda x: fn(x), return_shape=True)(spec)
-    except Exception:  # noqa: BLE001 - it does not trace
-        return None
+    """The shapes and dtypes of ``fn(x)`` for a float64 ``x`` shaped like ``x0`` when ``fn`` traces as JAX code
+    whose value is computed from ``x``; ``None`` for a Python callable: one that does not trace, or whose traced
+    value does not depend on ``x`` (a branch that returned a constant this time; its other branches may not trace).
+
+    Traced under ``float64()``, as the call evaluates ``fn``: a trace that fails part-way (a Python callable's)
+    leaves JAX 0.10 with a copy of each numpy constant it closed over in that trace's precision, which a later
+    trace in the other precision picks up and fails to compile with (a JAX function and a Python ``g`` sharing a
+    module-level ``np.array``)."""
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.float64), x0)
+    with float64():
+        try:  # through a fresh lambda: jax.jit keys its cache on (a weak reference to) the function it is given,
+            # which crashes the process for extension objects such as cocoex problems once they are freed
+            traced, out = jax.make_jaxpr(lambda x: fn(x), return_shape=True)(spec)
+        except Exception:  # noqa: BLE001 - it does not trace
+            return None
     return out if _depends_on_input(traced.jaxpr) else None
+
+
+@contextlib.contextmanager
+def float64():
+    """``jax_enable_x64`` on for the duration of the call, and back as it was.
+
+    The global setting, not ``jax.enable_x64``'s thread-local one: XLA's callback threads and an
+    ``es.HostFitness``'s dispatch thread see it too, and jax 0.10's caches of ``jax.numpy`` helpers mix
+    float32 and float64 constants across thread-local contexts.
+    """
+    was = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", was)
 
 
 def _depends_on_input(jaxpr) -> bool:

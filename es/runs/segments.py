@@ -13,7 +13,9 @@ signal acts however long a segment or an evaluation takes.
 
 from __future__ import annotations
 
+import atexit
 import collections
+import os
 import pathlib
 import sys
 import threading
@@ -123,11 +125,13 @@ class _Pending:
     POLL_S = 0.05
 
     def __init__(self, run: Callable[[], Any], background: bool):
-        self.value, self.error, self.thread = None, None, None
+        self.value, self.error, self.thread, self.done = None, None, None, None
         if not background:
             self.value = run()
             return
         x64 = bool(jax.config.jax_enable_x64)  # a jax.enable_x64 context holds for its own thread only
+
+        self.done = threading.Event()  # (the interpreter's exit may call an unfinished daemon thread dead)
 
         def target():
             try:
@@ -135,16 +139,39 @@ class _Pending:
                     self.value = jax.block_until_ready(run())
             except BaseException as error:  # handed to the waiting thread
                 self.error = error
+            finally:
+                self.done.set()
 
         self.thread = threading.Thread(target=target, name="es.run segment", daemon=True)
         self.thread.start()
 
     def result(self):
-        while self.thread is not None and self.thread.is_alive():
-            self.thread.join(self.POLL_S)
+        try:
+            while self.thread is not None and self.thread.is_alive():
+                self.thread.join(self.POLL_S)
+        except BaseException as stopped:  # a second signal's KeyboardInterrupt or SystemExit, while XLA runs on
+            atexit.register(_exit_unless_done, self.done, _exit_status(stopped))
+            raise
         if self.error is not None:
             raise self.error
         return self.value
+
+
+def _exit_status(stopped: BaseException) -> int:
+    """The status a process stopped by ``stopped`` exits with: 130 for Ctrl-C, a ``SystemExit``'s own code."""
+    if isinstance(stopped, SystemExit):
+        return stopped.code if isinstance(stopped.code, int) else 1
+    return 128 + 2 if isinstance(stopped, KeyboardInterrupt) else 1
+
+
+def _exit_unless_done(done: threading.Event, status: int) -> None:
+    """At the interpreter's exit, with a segment's thread still inside XLA (no call can stop a compiled loop):
+    the interpreter's finalisation would abort the process under it (SIGABRT, with C++'s "terminate called"), so
+    the process ends here with ``status`` (its output flushed; the last complete checkpoint stays)."""
+    if not done.is_set():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 class RunDir:
