@@ -29,6 +29,10 @@ from host_run import GENERATIONS, INTERRUPTED, STRATEGY, host_problem, initial_s
 from helpers import wait_until_dead, xla_flags_without_device_count  # noqa: E402
 
 CHILD_TIMEOUT = 150
+QUICK_XLA_TIMEOUTS = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=1 "
+                      "--xla_cpu_collective_call_terminate_timeout_seconds=1")
+"""XLA's CPU collectives warn after 20 s and abort after 40 s of waiting: lowered to 1 s, where a test shows that
+no device waits in one while the host evaluates."""
 
 
 def child_env(**extra) -> dict:
@@ -92,8 +96,10 @@ def test_a_stateful_host_fitness_folds_every_members_stats_into_the_state_in_mem
     assert float(state.fitness_state["ordered"]) == sum((i + 1) * seed for i, seed in enumerate(seeds))
 
 
-def test_a_host_generation_runs_no_collective_until_its_fitnesses_are_on_the_devices():
-    # The members program (run while nothing is evaluated) has no collective; the update program takes the
+@pytest.mark.parametrize("shared_by", ["member", "pair", "generation"])
+def test_a_host_generation_runs_no_collective_until_its_fitnesses_are_on_the_devices(shared_by):
+    # The members program (run while nothing is evaluated; its seeds one per member, per pair or per generation,
+    # as with es.CommonRandomNumbers) has no collective, as XLA compiled it; the update program takes the
     # fitnesses as its input, so it starts once the host has evaluated every member of every device.
     from es.engine import host_loop
     from es.parallel.global_arrays import replicate
@@ -101,12 +107,13 @@ def test_a_host_generation_runs_no_collective_until_its_fitnesses_are_on_the_dev
     mesh = es.make_mesh(2)
     state = replicate(initial_state(), mesh)
     hp = STRATEGY.hyperparameters(5)
-    members = host_loop._members_compiled.lower(STRATEGY.program(), "member", mesh, hp, state).as_text()
+    members = host_loop._members_compiled.lower(STRATEGY.program(), shared_by, mesh, hp, state).compile().as_text()
     sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(es.POPULATION_AXIS))
     values = es.fitness.Fitnesses(*(jax.ShapeDtypeStruct((8,), jnp.float32, sharding=sharded),) * 2)
     update = host_loop._update_compiled.lower(STRATEGY.program(), None, mesh, es.engine.resolve_execution(
         STRATEGY, es.Layout.of(state.params), "fitness", None, None), hp, state, values, ()).as_text()
-    collectives = ("all_gather", "all_reduce", "all_to_all", "collective_permute", "reduce_scatter")
+    collectives = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter",
+                   "all_gather", "all_reduce", "all_to_all", "collective_permute", "reduce_scatter")
     assert not [op for op in collectives if op in members]
     assert "all_gather" in update
 
@@ -116,8 +123,7 @@ def test_devices_whose_shares_finish_seconds_apart_neither_abort_nor_print_xla_l
     """XLA's CPU collectives print "may be stuck" and abort the process (SIGABRT) when a device waits in one
     longer than their timeouts (20 s and 40 s): lowered to 1 s here, with one worker for a 2-device population of
     members that take 0.5 s each (where each device waited for its own share, they finished 2 s apart)."""
-    flags = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=1 "
-             "--xla_cpu_collective_call_terminate_timeout_seconds=1")
+    flags = QUICK_XLA_TIMEOUTS
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path), "--slow"],
                           env=child_env(JAX_NUM_CPU_DEVICES="2", XLA_FLAGS=flags), cwd=REPO, capture_output=True,
                           text=True, timeout=CHILD_TIMEOUT)
@@ -385,13 +391,21 @@ def test_workers_busy_in_fn_do_not_outlive_a_killed_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_each_process_of_a_launch_evaluates_its_members_and_matches_one_process(tmp_path):
+@pytest.mark.parametrize("slow", [False, True], ids=["even", "one-process-2s-behind"])
+def test_each_process_of_a_launch_evaluates_its_members_and_matches_one_process(tmp_path, slow):
+    """With ``slow``, process 1's members take 1 s each (its share ends about 2 s after process 0's, every
+    generation), under XLA's collective timeouts lowered to 1 s: no process waits in a collective meanwhile, so
+    neither aborts nor prints XLA's log lines."""
+    flags = {"XLA_FLAGS": f"{xla_flags_without_device_count()} {QUICK_XLA_TIMEOUTS}"} if slow else {}
     proc = subprocess.run(
         [sys.executable, "-m", "es.launch", "--processes", "2", "--devices-per-process", "2", "--",
-         sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path)],
-        env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+         sys.executable, str(REPO / "tests" / "workers" / "host_run.py"), str(tmp_path),
+         *(["--slow-on-rank", "1"] if slow else [])],
+        env=child_env(**flags), cwd=REPO, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not re.search(r"^(\[rank \d\] )?[IWEF]\d{4} |rendezvous|stuck", proc.stdout + proc.stderr, re.M), \
+        proc.stdout[-3000:] + proc.stderr[-3000:]
     reference, _ = evolve_with(host_problem, devices=1, num_workers=1)
     for rank in (0, 1):
         with np.load(tmp_path / f"rank{rank}.npz") as got:

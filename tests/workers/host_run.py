@@ -1,11 +1,13 @@
 """An ES run with an es.HostFitness, for the multi-process and Ctrl-C tests (run as a script, one per process).
 
-    python tests/workers/host_run.py OUT_DIR [--fail-on-rank R] [--hang] [--run [--segment N]] [--slow]
+    python tests/workers/host_run.py OUT_DIR [--fail-on-rank R] [--slow-on-rank R] [--hang] [--run [--segment N]]
+                                     [--slow]
 
 Initializes es.distributed (a no-op in a plain process), evolves ``HOST_PROBLEM``
 for 3 generations with 2 workers per process on es.make_mesh(), and writes
 ``OUT_DIR/rank{r}.npz`` (the final params). ``--fail-on-rank R``: fn raises on
-process R's members. ``--hang``: fn writes its worker's pid to ``OUT_DIR/pids/``
+process R's members; ``--slow-on-rank R``: each of process R's members takes 1 s (its share ends about 2 s
+after the other process's, every generation). ``--hang``: fn writes its worker's pid to ``OUT_DIR/pids/``
 and sleeps, so that a test can interrupt the run. ``--run``: es.run for 200
 generations of slow members (0.2 s each), checkpointing every generation
 (``--segment N``: every N) in ``OUT_DIR/run``, printing ``stopped_by <signal>``
@@ -58,6 +60,11 @@ def slow_member(params, seed):
     return host_problem(params, seed)
 
 
+def one_second(params, seed):
+    time.sleep(1.0)
+    return host_problem(params, seed)
+
+
 def half_a_second(params, seed):
     time.sleep(0.5)
     return host_problem(params, seed)
@@ -74,6 +81,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--fail-on-rank", type=int, default=None)
+    parser.add_argument("--slow-on-rank", type=int, default=None)
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--run", action="store_true")
     parser.add_argument("--segment", type=int, default=1)
@@ -86,6 +94,8 @@ if __name__ == "__main__":
     fn = host_problem
     if args.fail_on_rank == group.process_id:
         fn = failing
+    if args.slow_on_rank == group.process_id:
+        fn = one_second
     if args.hang:
         fn = make_hanging(os.path.join(args.out, "pids"))
     fitness = es.HostFitness(fn, num_workers=2)
