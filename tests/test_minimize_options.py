@@ -505,6 +505,8 @@ class Growing:
     (dict(bounds=(np.nan, 1.0)), ValueError, ["lower holds NaN", "np.inf"]),
     (dict(bounds=(np.zeros(3), 1.0)), ValueError, ["lower must be a number or shaped like x0", "[4]"]),
     (dict(bounds=[-1.0]), TypeError, ["bounds must be (lower, upper)", "scipy.optimize.Bounds"]),
+    (dict(bounds=[(-1.0, 1.0)] * DIM), ValueError, ["scipy.optimize.minimize's form", "zip(*pairs)"]),
+    (dict(bounds=[(-1.0, 1.0), (-2.0, 2.0)], x0=np.zeros(2)), ValueError, ["one per coordinate", "(lower, upper)"]),
     (dict(bounds=bounds_layer.Box(-1.0, 1.0, "clip")), ValueError, ["method must be one of"]),
     (dict(integer_variables=[0, 4]), ValueError, ["index 4 is out of range", "0 to 3"]),
     (dict(integer_variables=[1, -3]), ValueError, ["flat index 1 is given more than once"]),

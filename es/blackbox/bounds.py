@@ -69,6 +69,13 @@ def checked(bounds, x0_flat: np.ndarray, spread) -> Box | None:
             raise ValueError(f"es.minimize(bounds=Box(..., method={method!r})): method must be one of {METHODS}.")
     elif hasattr(bounds, "lb") and hasattr(bounds, "ub"):  # scipy.optimize.Bounds
         lower, upper = bounds.lb, bounds.ub
+    elif isinstance(bounds, list) and len(bounds) == x0_flat.size and all(
+            isinstance(pair, tuple) and len(pair) == 2 for pair in bounds):
+        raise ValueError(  # with 2 coordinates it would read as (lower, upper): a box other than the one meant
+            f"es.minimize(bounds={bounds!r}): a list of (low, high) pairs, one per coordinate, is "
+            "scipy.optimize.minimize's form; es.minimize takes bounds=(lower, upper): pass "
+            "tuple(np.array(side) for side in zip(*pairs)), or scipy.optimize.Bounds(lower, upper)."
+        )
     elif isinstance(bounds, (tuple, list)) and len(bounds) == 2:
         lower, upper = bounds
     else:
