@@ -59,6 +59,9 @@ def signal_twice(child: subprocess.Popen, signum: int) -> tuple[str, str, float]
     return stdout, stderr, time.monotonic() - signalled
 
 
+STRATEGY_POPSIZE = 8  # tests/workers/signals_run.py's STRATEGY
+
+
 def checkpoints(tmp_path) -> list[int]:
     directory = tmp_path / "run" / "checkpoints"
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
@@ -76,6 +79,7 @@ def test_a_first_signal_stops_a_host_fitness_run_after_the_generation_in_progres
         time.sleep(1.0)  # a generation takes about 0.8 s (8 members of 0.2 s on 2 workers)
         child.send_signal(signal.SIGINT)
         signalled = time.monotonic()
+        in_progress = len((tmp_path / "evaluated").read_text().splitlines()) // STRATEGY_POPSIZE  # 0-based
         stdout, stderr = child.communicate(timeout=STARTUP_S)
         acted_s = time.monotonic() - signalled
     finally:
@@ -85,6 +89,7 @@ def test_a_first_signal_stops_a_host_fitness_run_after_the_generation_in_progres
     assert stopped and stopped[0].startswith(f"stopped_by {int(signal.SIGINT)} at generation"), stdout
     generation = int(stopped[0].split()[-1])
     assert 1 <= generation < 50, "stopped inside the first segment of 50 generations, at a generation's end"
+    assert generation <= in_progress + 2, (generation, in_progress)  # that generation's end (+1: a member's race)
     assert checkpoints(tmp_path) == [generation]
     assert "finishing the generation in progress" in stderr
     assert acted_s < AT_ONCE_S, acted_s

@@ -2,8 +2,8 @@
 
     python tests/workers/signals_run.py OUT_DIR --kind host|jax [--segment N]
 
-``--kind host``: an es.HostFitness of 2 workers whose members take 0.2 s each and write their worker's pid to
-``OUT_DIR/pids/``; once ``OUT_DIR/hang`` exists every member sleeps 600 s instead. ``--kind jax``: a JAX
+``--kind host``: an es.HostFitness of 2 workers whose members take 0.2 s each, write their worker's pid to
+``OUT_DIR/pids/`` and, once done, a line to ``OUT_DIR/evaluated`` (8 a generation); once ``OUT_DIR/hang`` exists every member sleeps 600 s instead. ``--kind jax``: a JAX
 fitness whose members run a loop of about a minute each, so the first segment never ends by itself. Both run
 200 generations in segments of N (default 50) into ``OUT_DIR/run``, print ``stopped_by <signal> at generation
 <g>`` when es.run returns, and let what es.run raises end the script (KeyboardInterrupt, or SystemExit 143).
@@ -27,6 +27,8 @@ def host_member(params, seed):
     (out / "pids").mkdir(parents=True, exist_ok=True)
     (out / "pids" / str(os.getpid())).touch()
     time.sleep(600 if (out / "hang").exists() else 0.2)
+    with open(out / "evaluated", "a") as evaluated:  # one short append: whole lines from either worker
+        evaluated.write(".\n")
     return -float(np.sum(params["x"] ** 2))
 
 
