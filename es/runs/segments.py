@@ -17,6 +17,7 @@ import atexit
 import collections
 import os
 import pathlib
+import signal
 import sys
 import threading
 import time
@@ -161,7 +162,7 @@ def _exit_status(stopped: BaseException) -> int:
     """The status a process stopped by ``stopped`` exits with: 130 for Ctrl-C, a ``SystemExit``'s own code."""
     if isinstance(stopped, SystemExit):
         return stopped.code if isinstance(stopped.code, int) else 1
-    return 128 + 2 if isinstance(stopped, KeyboardInterrupt) else 1
+    return 128 + int(signal.SIGINT) if isinstance(stopped, KeyboardInterrupt) else 1
 
 
 def _exit_unless_done(done: threading.Event, status: int) -> None:
