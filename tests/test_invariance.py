@@ -16,9 +16,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from helpers import GENERATIONS, POPSIZE, STRATEGIES, evolve, noisy_policy_return, policy_params
-from test_host import STRATEGY as HOST_STRATEGY
-from test_host import host_problem
-from test_host import initial_state as host_initial_state
+from test_host import evolve_with, host_problem
 from test_lowrank import LOW_RANK_STRATEGIES, mlp_fitness, mlp_params
 from test_sharded import COORDINATEWISE, SOURCES, noisy_fitness, odd_sized_params
 from test_sharded import evolve as evolve_sharded
@@ -116,12 +114,8 @@ def test_an_environment_task_with_observation_statistics_gives_the_same_bits_on_
                          ids=["own-seeds", "crn-generation"])
 def test_a_host_fitness_gives_the_same_bits_on_any_device_count_and_number_of_workers(shared_by, layouts):
     """(workers, devices) layouts; with ``es.CommonRandomNumbers`` too (one seed for the whole generation)."""
-    runs = {}
-    for workers, devices in layouts:
-        with es.HostFitness(host_problem, num_workers=workers) as fitness:
-            fitness_fn = fitness if shared_by is None else es.CommonRandomNumbers(fitness, shared_by)
-            runs[workers, devices] = es.evolve(HOST_STRATEGY, fitness_fn, host_initial_state(), GENERATIONS,
-                                               mesh=es.make_mesh(devices))
+    runs = {(workers, devices): evolve_with(host_problem, devices=devices, shared_by=shared_by, num_workers=workers)
+            for workers, devices in layouts}
     (reference, metrics), *others = runs.values()
     assert int(metrics["num_invalid"].sum()) == 0
     for state, _ in others:
