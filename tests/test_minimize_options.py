@@ -374,6 +374,13 @@ def test_the_augmented_lagrangian_penalty_is_atamnas():
 # --------------------------------------------------------------------------- noise
 
 
+def final_estimate_at(result, recorder) -> bool:
+    """Whether ``result.fun`` is the mean of the last ``FINAL_EVALUATIONS`` evaluations at ``result.x``."""
+    at_x = np.array(recorder.values)[np.all(recorder.seen == result.x, axis=1)]
+    return at_x.size >= uncertainty.FINAL_EVALUATIONS and result.fun == pytest.approx(
+        np.mean(at_x[-uncertainty.FINAL_EVALUATIONS:]))
+
+
 def test_noisy_gives_the_point_with_the_best_estimate_not_the_luckiest_evaluation():
     rng = np.random.default_rng(0)
 
@@ -383,18 +390,9 @@ def test_noisy_gives_the_point_with_the_best_estimate_not_the_luckiest_evaluatio
     recorder = Recorder(noisy)
     result = es.minimize(recorder, np.full(DIM, 2.0), 1.0, max_evals=1500, noisy=True, restarts="ipop")
     values = np.array(recorder.values)
-    at_x = np.all(recorder.seen == result.x, axis=1)
-    assert at_x.sum() >= uncertainty.FINAL_EVALUATIONS
-    assert result.fun == pytest.approx(np.mean(values[at_x][-uncertainty.FINAL_EVALUATIONS:]))
+    assert final_estimate_at(result, recorder)
     assert values.min() < result.fun and np.sum(result.x**2) < 0.5
     assert result.nfev == len(recorder.points) <= 1500
-
-
-def final_estimate_at(result, recorder) -> bool:
-    """Whether ``result.fun`` is the mean of the last ``FINAL_EVALUATIONS`` evaluations at ``result.x``."""
-    at_x = np.array(recorder.values)[np.all(recorder.seen == result.x, axis=1)]
-    return at_x.size >= uncertainty.FINAL_EVALUATIONS and result.fun == pytest.approx(
-        np.mean(at_x[-uncertainty.FINAL_EVALUATIONS:]))
 
 
 def test_a_python_objectives_last_generation_leaves_the_final_evaluations_to_the_mean():
