@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "workers"))
 from host_run import GENERATIONS, INTERRUPTED, STRATEGY, host_problem, initial_state  # noqa: E402
 
-from helpers import wait_until_dead, xla_flags_without_device_count  # noqa: E402
+from helpers import programs_built, wait_until_dead, xla_flags_without_device_count  # noqa: E402
 
 CHILD_TIMEOUT = 150
 QUICK_XLA_TIMEOUTS = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=1 "
@@ -76,15 +76,15 @@ def test_fn_gets_numpy_params_of_each_member_and_the_seed_of_its_evaluation_key(
 
 def test_a_stateful_host_fitness_folds_every_members_stats_into_the_state_in_member_order():
     """Each member reports what its state showed it and its own seed: the update gets every member's stats, on
-    2 devices, in member order (its sum of ``(i + 1) seed_i`` over generation 1's members, as
-    ``es.host.member_seed`` gives their seeds, is exact in float32 and changes under any swap of two seeds)."""
+    2 devices, in member order, and may keep them whole (a state with a popsize axis: checked before compiling
+    with the population's size) - generation 1's seeds, as ``es.host.member_seed`` gives them."""
     fitness = es.HostFitness(
         lambda params, seed, fitness_state: (1.0, {"seen": np.float32(fitness_state["count"] + 1),
                                                   "seed": np.float32(seed % 100_003)}),
         num_workers=2,
-        init=lambda: {"count": jnp.zeros((), jnp.float32), "ordered": jnp.zeros((), jnp.float32)},
-        update=lambda fitness_state, stats: {"count": fitness_state["count"] + jnp.sum(stats["seen"]), "ordered": (
-            jnp.sum(stats["seed"] * jnp.arange(1, stats["seed"].shape[0] + 1, dtype=jnp.float32)))},
+        init=lambda: {"count": jnp.zeros((), jnp.float32), "seeds": jnp.zeros(8, jnp.float32)},
+        update=lambda fitness_state, stats: {"count": fitness_state["count"] + jnp.sum(stats["seen"]),
+                                             "seeds": stats["seed"]},
         stats={"seen": jax.ShapeDtypeStruct((), jnp.float32), "seed": jax.ShapeDtypeStruct((), jnp.float32)},
     )
     with fitness:
@@ -96,7 +96,7 @@ def test_a_stateful_host_fitness_folds_every_members_stats_into_the_state_in_mem
     generation_key = population.generation_key(key, jnp.int32(1))
     seeds = [int(es.host.member_seed(population.eval_key(generation_key, jnp.int32(i)))) % 100_003 for i in range(8)]
     assert len(set(seeds)) == 8
-    assert float(state.fitness_state["ordered"]) == sum((i + 1) * seed for i, seed in enumerate(seeds))
+    np.testing.assert_array_equal(np.asarray(state.fitness_state["seeds"]), np.array(seeds, np.float32))
 
 
 @pytest.mark.parametrize("shared_by", ["member", "pair", "generation"])
@@ -298,6 +298,21 @@ def test_a_stateless_state_with_a_stateful_host_fitness_is_refused():
                              update=lambda f, s: f, stats=())
     with pytest.raises(ValueError, match="stateful .* state.fitness_state is None"):
         es.evolve(STRATEGY, fitness, initial_state(), 1)
+
+
+def test_an_update_that_breaks_the_state_is_refused_before_compiling():
+    """``update`` is checked on the stats of the strategy's popsize (8), gathered: a state of another shape, or an
+    update that is not JAX code, is a TypeError naming it."""
+    stats = {"seen": jax.ShapeDtypeStruct((), jnp.float32)}
+    init = lambda: {"n": jnp.zeros(())}  # noqa: E731
+    for update, message in ((lambda f, s: {"n": s["seen"][:4]}, r"must return a state like init\(\)'s"),
+                            (lambda f, s: {"n": float(s["seen"][0])}, "failed on the fitness state and the stats")):
+        fitness = es.HostFitness(lambda p, seed, f: (0.0, {"seen": np.float32(0)}), init=init, update=update,
+                                 stats=stats)
+        state = STRATEGY.init(jax.random.key(0), {"x": jnp.zeros(3)}, fitness=fitness)
+        with programs_built() as built, pytest.raises(TypeError, match=message):
+            es.evolve(STRATEGY, fitness, state, 1)
+        assert not [name for name in built if "_compiled" in name]
 
 
 # ------------------------------------------------------------------ processes

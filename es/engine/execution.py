@@ -129,7 +129,7 @@ def check_noise(strategy: Strategy, state: State, layout: Layout) -> None:
 def check_fitness_input(strategy: Strategy, fitness, state: State, layout: Layout) -> None:
     """The fitness (an adapter) accepts what it will receive (``es.LowRank`` matrix leaves when factored)."""
     if not strategy.noise.factored:
-        fitness.check(state.params, state.key, state.fitness_state)
+        fitness.check(state.params, state.key, state.fitness_state, strategy.popsize)
         return
     if fitness.on_host:
         raise TypeError(
@@ -138,7 +138,7 @@ def check_fitness_input(strategy: Strategy, fitness, state: State, layout: Layou
         )
     example = strategy.noise.factored_example(state.params, layout)
     try:
-        fitness.check(example, state.key, state.fitness_state)
+        fitness.check(example, state.key, state.fitness_state, strategy.popsize)
     except Exception as error:  # whatever the user's code raises on an es.LowRank leaf
         raise TypeError(
             "fitness_fn fails on what LowRankNoise(factored=True) passes it: every matrix leaf (2 or more axes) "

@@ -113,8 +113,9 @@ class Fitness(Protocol):
     def update_state(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
         """The fitness state after a generation whose members returned ``stats`` (leading axis popsize)."""
 
-    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
-        """Raise ``TypeError`` before compiling unless the fitness accepts these inputs."""
+    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree, popsize: int) -> None:
+        """Raise ``TypeError`` before compiling unless the fitness accepts these inputs (and a generation of
+        ``popsize`` members' stats)."""
 
     def default_eval_batch_size(self, popsize: int, antithetic: bool, dim: int) -> int:
         """Members each device evaluates together when ``eval_batch_size=None``."""

@@ -113,8 +113,8 @@ class SharedKeys:
     def update_state(self, fitness_state: PyTree, stats: PyTree) -> PyTree:
         return self.inner.update_state(fitness_state, stats)
 
-    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
-        self.inner.check(params, key, fitness_state)
+    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree, popsize: int) -> None:
+        self.inner.check(params, key, fitness_state, popsize)
 
     def default_eval_batch_size(self, popsize: int, antithetic: bool, dim: int) -> int:
         return self.inner.default_eval_batch_size(popsize, antithetic, dim)
@@ -192,7 +192,8 @@ class JaxFitness:
         """The ``StatefulFitness``'s ``init()``, or ``None`` for a plain fitness function."""
         return self.fn.init() if self.stateful else None
 
-    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
+    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree, popsize: int) -> None:
+        del popsize  # a StatefulFitness's update is traced with the generation's stats
         check_fitness_output(self.fn, params, key, fitness_state)
 
     @staticmethod

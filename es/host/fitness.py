@@ -144,12 +144,13 @@ class HostFitness:
         """``update(fitness_state, stats)``: the state after a generation (stateful only)."""
         return self.update(fitness_state, stats)
 
-    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree) -> None:
-        """Checks before compiling: ``update`` must map the gathered ``stats`` to a state like ``fitness_state``."""
+    def check(self, params: PyTree, key: jax.Array, fitness_state: PyTree, popsize: int) -> None:
+        """Checks before compiling: ``update`` must map the ``stats`` of ``popsize`` members, gathered, to a state
+        like ``fitness_state``."""
         del params, key
         if not self.stateful:
             return
-        gathered = jax.tree.map(lambda s: jax.ShapeDtypeStruct((2, *s.shape), s.dtype), self.stats)
+        gathered = jax.tree.map(lambda s: jax.ShapeDtypeStruct((popsize, *s.shape), s.dtype), self.stats)
         try:
             out = jax.eval_shape(self.update, fitness_state, gathered)
         except Exception as error:
