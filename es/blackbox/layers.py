@@ -70,6 +70,10 @@ class Flat:
         leaves = [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(tree)]
         return np.concatenate([leaf.reshape(leaf.shape[0], -1) for leaf in leaves], axis=1)
 
+    def row(self, point: PyTree) -> np.ndarray:
+        """float64[n] of one point (a pytree like ``x0``)."""
+        return self.rows(jax.tree.map(lambda a: np.asarray(a)[None], point))[0]
+
     def tree(self, rows: np.ndarray) -> PyTree:
         """The pytree of ``rows`` (float[n]: one point; float[k, n]: a leading member axis)."""
         if self.bare:  # x0 an array (this runs once per member evaluated)
@@ -123,8 +127,7 @@ class Layers:
     def genotype(self, x0: PyTree) -> PyTree:
         """The first mean: the preimage of ``x0`` under the box map."""
         box = self.options.box
-        return x0 if box is None else self.flat.tree(bounds.inverse(box, self.flat.rows(jax.tree.map(
-            lambda a: np.asarray(a)[None], x0))[0]))
+        return x0 if box is None else self.flat.tree(bounds.inverse(box, self.flat.row(x0)))
 
     def cost(self, popsize: int) -> int:
         """Evaluations a generation may need, and those kept back for the final means."""
@@ -277,7 +280,7 @@ class Layers:
             self.lagrangian = al
         box = self.options.box
         if box is not None and box.method == "penalty":
-            mean = self.flat.rows(jax.tree.map(lambda a: np.asarray(a)[None], loop.state.params))[0]
+            mean = self.flat.row(loop.state.params)
             self.penalty = bounds.penalty_update(box, self.penalty, f, genotypes, mean,
                                                  positive_weights(strategy.popsize)[1])
 
@@ -292,11 +295,11 @@ class Layers:
         count = min(uncertainty.FINAL_EVALUATIONS, owner.max_evals - owner.nfev)
         if count < 1:
             return
-        point = self.phenotypes(self.flat.rows(jax.tree.map(lambda a: np.asarray(a)[None], loop.state.params)))
+        point = self.phenotypes(self.flat.row(loop.state.params)[None])
         violation = 0.0 if self.options.constraints is None else float(
             constraints.violations(self.constraint_values(point))[0])
         if violation > 0.0 and owner.best_x is not None:
-            point, violation = self.flat.rows(jax.tree.map(lambda a: np.asarray(a)[None], owner.best_x)), 0.0
+            point, violation = self.flat.row(owner.best_x)[None], 0.0
         if self.kind == "python":
             values = [objective.value_of(self.fun, self.flat.tree(point[0]), "at a run's final mean")
                       for _ in range(count)]
@@ -325,7 +328,7 @@ def checked(x0: PyTree, box, g, integer_variables, noisy) -> Options | None:
     if not isinstance(noisy, (bool, np.bool_)):
         raise TypeError(f"es.minimize(noisy={noisy!r}): noisy must be True or False.")
     flat = Flat(x0)
-    start = flat.rows(jax.tree.map(lambda a: np.asarray(a)[None], x0))[0]
+    start = flat.row(x0)
     box = bounds.checked(box, start, functools.partial(_spread, x0, flat))
     integer = integers.checked(integer_variables, start.size, *((box.lower, box.upper) if box else (None, None)))
     if box is not None and integer is not None:  # integer coordinates are rounded into their bounds, not mapped
