@@ -29,10 +29,11 @@ AT_ONCE_S = 20  # the second signal to the process's exit (measured 1-3 s; the b
 pytestmark = pytest.mark.slow
 
 
-def start(tmp_path, kind: str, segment: int) -> subprocess.Popen:
+def start(tmp_path, kind: str, segment: int, generations: int = 200) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ES_")}
     env.update(PYTHONPATH=str(REPO), JAX_NUM_CPU_DEVICES="1", XLA_FLAGS=xla_flags_without_device_count())
-    return subprocess.Popen([sys.executable, WORKER, str(tmp_path), "--kind", kind, "--segment", str(segment)],
+    return subprocess.Popen([sys.executable, WORKER, str(tmp_path), "--kind", kind, "--segment", str(segment),
+                             "--generations", str(generations)],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -70,6 +71,18 @@ def checkpoints(tmp_path) -> list[int]:
 def worker_pids(tmp_path) -> list[int]:
     directory = tmp_path / "pids"
     return [int(p.name) for p in directory.iterdir()] if directory.is_dir() else []
+
+
+def assert_kept(tmp_path, last: int) -> None:
+    """No checkpoint after ``last`` was written, and ``last`` restores a finite state of its generation."""
+    assert checkpoints(tmp_path)[-1] == last
+    checkpointer = Checkpointer(tmp_path / "run" / "checkpoints", writer=False)
+    try:
+        like = es.OpenES(popsize=STRATEGY_POPSIZE, sigma=0.1).init(jax.random.key(0), {"x": np.zeros(5, np.float32)})
+        restored = checkpointer.restore(last, like)
+    finally:
+        checkpointer.close()
+    assert int(restored.state.generation) == last and np.all(np.isfinite(np.asarray(restored.state.params["x"])))
 
 
 def test_a_first_signal_stops_a_host_fitness_run_after_the_generation_in_progress_inside_its_segment(tmp_path):
@@ -110,24 +123,21 @@ def test_a_second_signal_ends_a_stuck_host_evaluation_at_once_and_keeps_the_last
     assert acted_s < AT_ONCE_S
     assert "stopped_by" not in stdout
     assert not wait_until_dead(worker_pids(tmp_path)), "workers outlived the second signal"
-    assert checkpoints(tmp_path)[-1] == last
-    checkpointer = Checkpointer(tmp_path / "run" / "checkpoints", writer=False)
-    try:
-        like = es.OpenES(popsize=8, sigma=0.1).init(jax.random.key(0), {"x": np.zeros(5, np.float32)})
-        restored = checkpointer.restore(last, like)
-    finally:
-        checkpointer.close()
-    assert int(restored.state.generation) == last and np.all(np.isfinite(np.asarray(restored.state.params["x"])))
+    assert_kept(tmp_path, last)
 
 
-def test_a_second_signal_ends_a_jax_segment_that_would_run_for_minutes(tmp_path):
-    child = start(tmp_path, "jax", segment=50)
+def test_a_second_signal_ends_a_jax_segment_that_would_run_for_minutes_and_keeps_the_last_checkpoint(tmp_path):
+    child = start(tmp_path, "jax", segment=2, generations=10**6)  # never ends by itself
     try:
-        wait_for(lambda: child.stdout.readline().startswith("started"), child, "the run")
-        time.sleep(3.0)  # compiling, then inside a segment that no signal can shorten
-        _, stderr, acted_s = signal_twice(child, signal.SIGINT)
+        wait_for(lambda: checkpoints(tmp_path) and checkpoints(tmp_path)[-1] >= 4, child, "checkpoint 4")
+        (tmp_path / "hang").touch()
+        time.sleep(3.0)  # the segment in progress ends (milliseconds), the next one's members loop for minutes
+        last = checkpoints(tmp_path)[-1]
+        stdout, stderr, acted_s = signal_twice(child, signal.SIGINT)
     finally:
         child.kill()
     assert child.returncode == 128 + signal.SIGINT and "KeyboardInterrupt" in stderr, stderr[-3000:]
     assert "terminate called" not in stderr and "Fatal Python error" not in stderr  # the exit's abort, before
     assert acted_s < AT_ONCE_S
+    assert "stopped_by" not in stdout
+    assert_kept(tmp_path, last)
