@@ -40,6 +40,11 @@ def test_a_python_callable_is_minimised_to_the_target_in_float64_within_the_budg
     assert result.x.dtype == np.float64 and result.nfev == len(calls) <= 4000
     assert len(result.history["fun"]) == result.nit and np.all(np.diff(result.history["fun"]) <= 0)
     assert result.history["nfev"][-1] == result.nfev
+    # x0 as a list of numbers is a vector, as scipy and pycma take it: fun sees the same arrays, the same run
+    calls.clear()
+    from_list = es.minimize(counted, [0.0] * 6, 0.5, max_evals=4000, target=79.48 + 1e-10)
+    assert isinstance(from_list.x, np.ndarray) and from_list.nfev == len(calls) == result.nfev
+    np.testing.assert_array_equal(from_list.x, result.x)
 
 
 def test_a_python_callable_whose_probed_branch_ignores_x_is_still_a_python_callable():

@@ -29,6 +29,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import math
+import numbers
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -130,7 +131,8 @@ def minimize(
         numpy array shaped like ``x0`` and returning a number (a ``cocoex``
         problem, a simulator; called in this process), or an ``es.HostFitness``
         (worker processes). See ``es.blackbox.objective``.
-      x0: the initial point: an array or a pytree of arrays (finite).
+      x0: the initial point: an array or a pytree of arrays (finite); a list or tuple of numbers is a
+        vector, as scipy and pycma take it.
       sigma0: the initial scale (> 0): about a quarter of the width of the
         region where the optimum may be.
       strategy: ``None``: ``es.CMAES`` up to ``es.strategies.cma_es.MAX_DIM``
@@ -339,6 +341,8 @@ _COMPILED: dict = {}  # (strategy program, x0 signature) -> future of Loop.compi
 
 def _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed):
     """``(kind, template strategy, x0 as float64 numpy)`` or a clear error naming the argument."""
+    if isinstance(x0, (list, tuple)) and x0 and all(isinstance(v, numbers.Real) for v in x0):
+        x0 = np.asarray(x0, np.float64)  # a list of numbers is a vector, as scipy and pycma take it
     leaves = jax.tree.leaves(x0)
     try:
         arrays = [np.asarray(leaf, np.float64) for leaf in leaves]
