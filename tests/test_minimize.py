@@ -16,6 +16,7 @@ from test_validation import raises
 import es
 from es import executable_cache
 from es.blackbox import Schedule, objective
+from es.blackbox.minimize import _checked as minimize_checks
 from es.blackbox.minimize import float64
 from es.engine import fitness_history, loop, stopping
 from es.engine.generation import rank
@@ -63,6 +64,12 @@ def test_a_python_callable_whose_probed_branch_ignores_x_is_still_a_python_calla
     assert objective.kind_of(lambda x: jnp.sum(x) * 0.0, np.zeros(6)) == "jax"
     result = es.minimize(fails_at_first, np.zeros(6), 0.5, max_evals=4000, target=79.48 + 1e-10)
     assert result.success and len(calls) == result.nfev + 2  # the two probes, then one call per evaluation
+
+
+def test_a_list_of_numbers_is_a_vector_for_a_jax_function_too():
+    """Traced on the vector (as a list of scalars, jnp code on it failed to trace and ran as Python)."""
+    kind, _, x0 = minimize_checks(lambda x: jnp.sum(x**2), (1.0, 2), 0.5, None, 100, None, None, 0)
+    assert kind == "jax" and isinstance(x0, np.ndarray) and x0.dtype == np.float64 and x0.shape == (2,)
 
 
 @pytest.mark.slow
