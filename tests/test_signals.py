@@ -73,6 +73,21 @@ def worker_pids(tmp_path) -> list[int]:
     return [int(p.name) for p in directory.iterdir()] if directory.is_dir() else []
 
 
+def stuck_then_signalled_twice(tmp_path, child: subprocess.Popen, checkpoint: int, signum: int):
+    """Once checkpoint ``checkpoint`` is written, ``OUT_DIR/hang`` makes every later member take minutes; 3 s on (the
+    generation or segment in progress ends: 0.8 s of host members, milliseconds of a JAX segment) the last
+    checkpoint is read and ``signal_twice`` sends ``signum``: ``(last, stdout, stderr, seconds to the exit)``. The
+    child is killed whatever happens."""
+    try:
+        wait_for(lambda: checkpoints(tmp_path) and checkpoints(tmp_path)[-1] >= checkpoint, child,
+                 f"checkpoint {checkpoint}")
+        (tmp_path / "hang").touch()
+        time.sleep(3.0)
+        return (checkpoints(tmp_path)[-1], *signal_twice(child, signum))
+    finally:
+        child.kill()
+
+
 def assert_kept(tmp_path, last: int) -> None:
     """No checkpoint after ``last`` was written, and ``last`` restores a finite state of its generation."""
     assert checkpoints(tmp_path)[-1] == last
@@ -111,14 +126,7 @@ def test_a_first_signal_stops_a_host_fitness_run_after_the_generation_in_progres
 
 def test_a_second_signal_ends_a_stuck_host_evaluation_at_once_and_keeps_the_last_checkpoint(tmp_path):
     child = start(tmp_path, "host", segment=1)
-    try:
-        wait_for(lambda: checkpoints(tmp_path) and checkpoints(tmp_path)[-1] >= 2, child, "checkpoint 2")
-        (tmp_path / "hang").touch()
-        time.sleep(2.0)  # the generation in progress ends (0.8 s), the next one's members sleep 600 s
-        last = checkpoints(tmp_path)[-1]
-        stdout, stderr, acted_s = signal_twice(child, signal.SIGTERM)
-    finally:
-        child.kill()
+    last, stdout, stderr, acted_s = stuck_then_signalled_twice(tmp_path, child, 2, signal.SIGTERM)
     assert child.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     assert acted_s < AT_ONCE_S
     assert "stopped_by" not in stdout
@@ -128,14 +136,7 @@ def test_a_second_signal_ends_a_stuck_host_evaluation_at_once_and_keeps_the_last
 
 def test_a_second_signal_ends_a_jax_segment_that_would_run_for_minutes_and_keeps_the_last_checkpoint(tmp_path):
     child = start(tmp_path, "jax", segment=2, generations=10**6)  # never ends by itself
-    try:
-        wait_for(lambda: checkpoints(tmp_path) and checkpoints(tmp_path)[-1] >= 4, child, "checkpoint 4")
-        (tmp_path / "hang").touch()
-        time.sleep(3.0)  # the segment in progress ends (milliseconds), the next one's members loop for minutes
-        last = checkpoints(tmp_path)[-1]
-        stdout, stderr, acted_s = signal_twice(child, signal.SIGINT)
-    finally:
-        child.kill()
+    last, stdout, stderr, acted_s = stuck_then_signalled_twice(tmp_path, child, 4, signal.SIGINT)
     assert child.returncode == 128 + signal.SIGINT and "KeyboardInterrupt" in stderr, stderr[-3000:]
     assert "terminate called" not in stderr and "Fatal Python error" not in stderr  # the exit's abort, before
     assert acted_s < AT_ONCE_S
