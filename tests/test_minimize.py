@@ -16,6 +16,7 @@ from test_validation import raises
 import es
 from es import executable_cache
 from es.blackbox import Schedule, objective
+from es.blackbox.restarts import MAX_RESTARTS, PAD_WORK, PADDED_OCTAVES, program_popsizes
 from es.blackbox.minimize import _checked as minimize_checks
 from es.blackbox.minimize import float64
 from es.engine import fitness_history, loop, stopping
@@ -136,8 +137,9 @@ def test_ipop_doubles_the_population_at_each_restart():
 
 
 def test_a_restart_schedule_builds_few_programs_and_a_second_call_none():
-    """A schedule's popsizes are lambda_0 2^k (k <= MAX_RESTARTS: 10 at most, however many runs): the ask/tell
-    loop's one program per popsize (and the next large one's, compiled ahead) and a JAX function's vmap."""
+    """A schedule's popsizes are lambda_0 2^k (k <= MAX_RESTARTS: 10 at most, however many runs); one padded
+    program serves a group of them (``program_popsizes``: here 7 to 56, the README example's, all in one), and
+    the next large run's group's is compiled ahead; a JAX function adds its vmap per popsize."""
 
     def rastrigin(x):
         return 10.0 * x.size + jnp.sum(x**2 - 10.0 * jnp.cos(2 * jnp.pi * x))
@@ -147,7 +149,9 @@ def test_a_restart_schedule_builds_few_programs_and_a_second_call_none():
     popsizes = {run.popsize for run in result.restarts}
     assert popsizes <= {7 * 2**k for k in range(10)} and len(result.restarts) > len(popsizes), result.restarts
     assert built.count("jit(_vmapped)") == len(popsizes), built
-    assert len(popsizes) <= built.count("jit(_tell_ask_compiled)") <= len(popsizes) + 1, built
+    served = program_popsizes(7, 3, loop.SMALL_WORK)
+    assert {served[p] for p in popsizes} == {56} and len(popsizes) >= 3, result.restarts
+    assert 1 <= built.count("jit(_tell_ask_compiled)") <= 2, built
     assert "jit(_ask_compiled)" not in built, built  # a run's first members come from its loop's one program
     with programs_built() as again:
         es.minimize(rastrigin, np.full(3, 3.0), 2.0, max_evals=10_000, restarts="bipop", seed=1)
@@ -230,6 +234,57 @@ def readme_loop(compiled=None) -> loop.Loop:
     shared program."""
     state = README_FIRST_RUN.init(jax.random.key(0), jnp.full(3, 3.0))
     return loop.Loop(README_FIRST_RUN, state, compiled or readme_loop_program())
+
+
+@pytest.mark.parametrize("first, dim", [(7, 3), (6, 2), (10, 10), (12, 20), (15, 40), (17, 100)])
+def test_a_schedules_popsizes_share_at_most_ten_padded_programs_of_bounded_work(first, dim):
+    served = program_popsizes(first, dim, loop.SMALL_WORK)
+    assert sorted(served) == [first * 2**k for k in range(MAX_RESTARTS + 1)]
+    programs = sorted(set(served.values()))
+    assert len(programs) <= MAX_RESTARTS + 1
+    for popsize, program in served.items():
+        assert program >= popsize and program in served  # a program of the schedule's own octaves
+        small = program * dim <= loop.SMALL_WORK  # compiled without backend optimisation
+        assert small == (loop.compiler_options(dim, "cpu", program).get("xla_backend_optimization_level") == 0)
+        if not small and program > popsize:  # padded past the small group: a few octaves, bounded work
+            assert program <= popsize * 2 ** (PADDED_OCTAVES - 1) and program * dim**2 <= PAD_WORK
+    if first * dim <= loop.SMALL_WORK:  # the small group: one program
+        assert len({served[p] for p in served if p * dim <= loop.SMALL_WORK}) == 1
+
+
+def test_a_padded_loop_runs_the_run_of_its_own_popsize():
+    """A program of 56 members serving a run of 7 (``Loop(popsize=56)``): the run's 7 members, the same
+    generations as the run's own program (members past 7 get no weight, NaN members the worst rank's, tied
+    ones their ranks' mean), to the last bits that summing 56 rows instead of 7 may change."""
+    with float64():
+        state = README_FIRST_RUN.init(jax.random.key(0), jnp.full(3, 3.0))
+        own, padded = readme_loop(), loop.Loop(README_FIRST_RUN, state, popsize=56)
+        members, padded_members = own.first(), padded.first()
+        for generation in range(30):
+            assert np.shape(padded_members) == (7, 3)
+            np.testing.assert_allclose(padded_members, members, rtol=1e-12, atol=1e-14)
+            values = np.sum(np.asarray(members) ** 2, axis=1)
+            values[generation % 7] = np.nan
+            values[(generation + 1) % 7] = values[(generation + 2) % 7]  # a tie
+            (summary, members), (padded_summary, padded_members) = own.step(values), padded.step(values)
+            np.testing.assert_allclose(padded_summary, summary, rtol=1e-12)
+            assert padded_summary[2] == summary[2]  # the same stop mask
+    with pytest.raises(ValueError, match=r"Loop\(popsize=16\)"):
+        loop.Loop(es.SNES(popsize=8, sigma=0.5), es.SNES(popsize=8, sigma=0.5).init(jax.random.key(0), jnp.ones(3)),
+                  popsize=16)
+
+
+def test_rank_weights_of_the_first_members_leave_the_others_out():
+    """``rank_weights(..., members=m)``: the weights of the first ``m`` fitnesses alone (NaN and ties too),
+    and 0 for the rest, whatever their fitness."""
+    by_rank = np.array([0.5, 0.3, 0.2, 0.0, -0.1, -0.4])
+    fitness = np.array([3.0, np.nan, 1.0, 3.0, 2.0, 0.5])
+    alone = es.strategies.shaping.rank_weights(jnp.asarray(fitness), jnp.asarray(by_rank), False)
+    padded = es.strategies.shaping.rank_weights(jnp.asarray(np.concatenate([fitness, [-5.0, np.nan, 9.0]])),
+                                                jnp.asarray(np.concatenate([by_rank, np.zeros(3)])), False, 6)
+    np.testing.assert_allclose(padded[:6], alone, rtol=1e-6)
+    np.testing.assert_array_equal(padded[6:], 0.0)
+    assert float(alone[1]) == float(padded[1]) == float(np.float32(-0.4))  # the invalid member: the worst rank's weight
 
 
 def test_the_loop_tracks_the_best_value_and_leaves_the_best_point_to_its_driver():

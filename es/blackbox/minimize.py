@@ -16,12 +16,14 @@ bottom:
    ``es.HostFitness``: one dispatch to its workers), with the options' transformations around them;
 3. after each generation: the best point so far, the budget, the target, the stopping conditions.
 
-A run compiles one program per popsize (its first members and each generation's tell and next members) and
-nothing per generation count (``_Programs``; a JAX function adds its ``vmap``), and JAX's persistent
-compilation cache keeps them for later processes (``es.compilation_cache``).
-A restart schedule's popsizes are ``lambda_0 * 2**k`` with ``k <= MAX_RESTARTS`` (BIPOP's small runs draw from
-the same ones), so a call compiles at most 10 popsizes' programs however many runs it makes, and a second call
-with the same shapes compiles none (tests/test_minimize.py).
+A run's generations (its first members and each generation's tell and next members) run one compiled
+program, nothing compiled per generation count (``_Programs``; a JAX function adds its ``vmap``), and JAX's
+persistent compilation cache keeps it for later processes (``es.compilation_cache``). A restart schedule's
+popsizes are ``lambda_0 * 2**k`` with ``k <= MAX_RESTARTS`` (BIPOP's small runs draw from the same ones), and
+with restarts one padded CMA-ES program serves several of them (``es.blackbox.restarts.program_popsizes``: on
+a few params, every popsize up to ``popsize * dim <= es.engine.loop.SMALL_WORK``, then two octaves at a
+time): a call compiles at most 10 programs however many runs it makes (the README example: one, where it
+compiled one per popsize), and a second call with the same shapes compiles none (tests/test_minimize.py).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from es import compilation_cache, validation
 from es.blackbox import bounds as bounds_layer
 from es.blackbox import integers, layers, objective
 from es.blackbox.objective import float64
-from es.blackbox.restarts import RESTARTS, RunSettings, Schedule
+from es.blackbox.restarts import RESTARTS, RunSettings, Schedule, program_popsizes
 from es.engine import loop, stopping
 from es.strategies import CMAES, SepCMAES
 from es.strategies.base import Strategy
@@ -178,7 +180,7 @@ def minimize(
     compilation_cache.enable_by_default()
     with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
-        run = _Minimization(fun, kind, template, x0, max_evals, target, seed)
+        run = _Minimization(fun, kind, template, x0, max_evals, target, seed, restarts)
         run.layers = layers.Layers(options or layers.Options(), fun, kind, x0, seed)
         return run.run_all(schedule)
 
@@ -193,9 +195,9 @@ def run_key(seed, index: int) -> jax.Array:
 class _Minimization:
     """The state of one ``minimize`` call across its runs: the budget, the best point, the history."""
 
-    def __init__(self, fun, kind, template: Strategy, x0, max_evals: int, target, seed: int):
+    def __init__(self, fun, kind, template: Strategy, x0, max_evals: int, target, seed: int, restarts=None):
         self.fun, self.kind, self.template, self.x0 = fun, kind, template, x0
-        self.programs = _Programs(x0)
+        self.programs = _Programs(x0, template.popsize if restarts else None)
         self.max_evals, self.target, self.seed = max_evals, target, seed
         self.nfev, self.nit = 0, 0
         self.best_x, self.best = None, math.inf
@@ -237,7 +239,7 @@ class _Minimization:
         generations = 0
         self.layers.start_run()
         # Every kind of objective: es.engine's ask/tell loop, checked once, one compiled call a generation.
-        state = loop.Loop(strategy, state, self.programs.get(strategy))
+        state = loop.Loop(strategy, state, *self.programs.get(strategy))
         state.members = state.first()
         while True:
             state, done, stop = self.layers.generation(self, strategy, state, index, limit - generations)
@@ -297,37 +299,48 @@ class _Minimization:
 
 
 class _Programs:
-    """The ask/tell loop's program of the runs, by popsize: a new popsize is a new program, and the
-    next large run's is compiled on a background thread while the current run goes on (``prefetch``).
-    Compiled programs are kept for the life of the process (``_COMPILED``), as JAX keeps its own.
+    """The ask/tell loop's programs of the runs: a new program for each popsize, or with restarts
+    (``first``, the schedule's first popsize) for each group of popsizes that one padded program serves
+    (``restarts.program_popsizes``); the next large run's is compiled on a background thread while the
+    current run goes on (``prefetch``). Compiled programs are kept for the life of the process (``_COMPILED``),
+    as JAX keeps its own.
 
     Only where this thread mostly waits (a JAX function, which XLA runs; an ``es.HostFitness``, whose workers
     do): with a Python objective this thread evaluates it, holding the GIL that tracing and lowering on the
     other thread need, so on two cores the prefetch slowed the README example (a first call 4.47 against
     5.54 s without it) where it speeds a JAX function's (docs/benchmarks.md, "Compilation in a BIPOP run")."""
 
-    def __init__(self, x0):
+    def __init__(self, x0, first: int | None = None):
         self.x0 = x0
         self.signature = (jax.tree.structure(x0), tuple((np.shape(a), str(a.dtype)) for a in jax.tree.leaves(x0)))
+        dim = sum(int(np.size(a)) for a in jax.tree.leaves(x0))
+        self.served = {} if first is None else program_popsizes(first, dim, loop.SMALL_WORK)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="es.minimize compile")
+
+    def program(self, strategy: Strategy) -> Strategy:
+        """The strategy the program of ``strategy``'s runs is compiled for: its popsize padded where it pads."""
+        popsize = self.served.get(strategy.popsize, strategy.popsize) if loop.pads(strategy) else strategy.popsize
+        return strategy if popsize == strategy.popsize else dataclasses.replace(strategy, popsize=popsize)
 
     def key(self, strategy: Strategy):
         return strategy.program(), self.signature
 
     def prefetch(self, strategy: Strategy) -> None:
-        key = self.key(strategy)
+        program = self.program(strategy)
+        key = self.key(program)
         if key not in _COMPILED:
-            _COMPILED[key] = self.pool.submit(loop.Loop.compile, strategy, self.x0)
+            _COMPILED[key] = self.pool.submit(loop.Loop.compile, program, self.x0)
 
     def get(self, strategy: Strategy):
-        """The compiled program: a prefetch's (waiting for it), else compiled now on this thread (kept; not
-        queued on the pool behind the prefetch of the next large run)."""
-        key = self.key(strategy)
+        """``(compiled program, its popsize)``: a prefetch's (waiting for it), else compiled now on this thread
+        (kept; not queued on the pool behind the prefetch of the next large run)."""
+        program = self.program(strategy)
+        key = self.key(program)
         if key not in _COMPILED:
-            compiled = loop.Loop.compile(strategy, self.x0)  # stored only once made: a failure is raised here
+            compiled = loop.Loop.compile(program, self.x0)  # stored only once made: a failure is raised here
             _COMPILED[key] = concurrent.futures.Future()
             _COMPILED[key].set_result(compiled)
-        return _COMPILED[key].result()
+        return _COMPILED[key].result(), program.popsize
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -26,6 +26,43 @@ import numpy as np
 RESTARTS = (None, "ipop", "bipop")
 MAX_RESTARTS = 9
 """Restarts of the large (IPOP: any) kind at most, as in pycma's ``restarts=9`` (COCO's usual setting)."""
+PADDED_OCTAVES = 2
+"""Past the small programs' group, a padded program serves at most this many octaves (``program_popsizes``)."""
+PAD_WORK = 2**16
+"""A padded program's ``popsize * dim**2`` at most: CMA-ES's sums cost ``O(popsize n^2)`` a generation, so
+past this a run pays for its padding; its octave then has a program of its own."""
+
+
+def program_popsizes(first: int, dim: int, small_work: int) -> dict[int, int]:
+    """``{run popsize: program popsize}`` for a schedule's octaves ``first * 2**k`` (``k <= MAX_RESTARTS``) on
+    ``dim`` params: each octave's run is served by a padded program (``es.strategies.cma_es.padding``) of its
+    group's largest popsize. The groups: every octave with ``popsize * dim <= small_work`` (compiled without
+    backend optimisation, ``es.engine.loop.SMALL_WORK``); then up to ``PADDED_OCTAVES`` octaves at a time while
+    ``popsize * dim**2 <= PAD_WORK``; past that one octave each. E.g. ``first = 7``, ``dim = 3``: one program
+    of 56 for 7 to 56, one of 224 for 112 and 224, and so on; a call's 10 octaves never need more programs."""
+    served: dict[int, int] = {}
+    group: list[int] = []
+
+    def close():
+        served.update({size: group[-1] for size in group})
+        group.clear()
+
+    for k in range(MAX_RESTARTS + 1):
+        size = first * 2**k
+        if size * dim <= small_work:
+            group.append(size)
+            continue
+        if group and group[-1] * dim <= small_work:  # the small group ends here
+            close()
+        if size * dim * dim > PAD_WORK:
+            close()
+            served[size] = size
+            continue
+        group.append(size)
+        if len(group) == PADDED_OCTAVES:
+            close()
+    close()
+    return served
 
 
 class RunSettings(NamedTuple):

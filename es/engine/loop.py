@@ -11,7 +11,7 @@ The program is ``es.tell``'s generation (``ask_tell``'s checks, hyperparameters 
 
 On a CPU, below ``es.noise.MIN_SLICE`` params, the program is compiled with XLA's loop emitters
 (``COMPILER_OPTIONS``) instead of its default fusion emitters: such a program compiles in about 25% less time
-(a fresh process's es.minimize compiles one per popsize, most of its time to a first result) and runs a
+(a fresh process's es.minimize compiles a few, most of its time to a first result) and runs a
 generation as fast. The two round some fused operations differently, so a run may differ in its last bits
 from one compiled with the defaults (of the runs checked, a CMA-ES run on 8 params from its first covariance
 update and a noisy run on 4; the README example and plain runs on 3 to 6 params did not: docs/benchmarks.md).
@@ -22,6 +22,11 @@ fast, and other last bits than optimised code.
 
 A program is a function of the strategy's program and the params' shapes and dtypes alone, so a later process
 loads it by those from ``es.executable_cache`` (where JAX's persistent cache is on) without tracing it.
+
+A CMA-ES loop (without integer variables) runs a padded program (``es.strategies.cma_es.padding``): compiled for
+``P`` members, it serves any run of ``lambda <= P`` (``Loop(..., popsize=P)``), whose constants it takes as
+traced values; the loop gives the program the run's ``lambda`` fitnesses and ``+inf`` past them, and hands out
+the first ``lambda`` members. So one program serves the popsizes of several restarts (``es.minimize``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from es.engine import ask_tell, stopping
 from es.engine.fitness_history import HostHistory
 from es.fitness import Fitnesses, from_host
 from es.noise import MIN_SLICE, Layout
+from es.strategies import cma_es
 from es.strategies.base import State, Strategy
 
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
@@ -62,6 +68,19 @@ LOOP_CRITERIA = stopping.StopCriteria()
 """The stopping conditions a ``Loop``'s step reports (pycma's defaults): its driver ends runs on them."""
 
 
+def pads(strategy: Strategy) -> bool:
+    """Whether ``strategy``'s loop runs a padded program (``cma_es.padding``): CMA-ES without a margin."""
+    return isinstance(strategy, cma_es.CMAES) and strategy.margin is None
+
+
+def padded(strategy: Strategy, hp, dim: int, popsize: int):
+    """``hp`` of ``strategy`` (a run of ``strategy.popsize``) for its loop's program of ``popsize`` members:
+    with its ``Padding`` where the program is a padded one (``pads``), else ``hp`` itself."""
+    if not pads(strategy):
+        return hp
+    return hp._replace(padding=cma_es.padding(dim, strategy.popsize, popsize, jnp.result_type(float)))
+
+
 class Loop:
     """An ask/tell loop over one strategy and state layout, for a driver that owns its states (``es.minimize``):
     the checks of ``tell`` made once, and each generation's tell and the next ask in one compiled call.
@@ -72,7 +91,7 @@ class Loop:
     multiplied by ``sigma_factor`` (uncertainty handling's increase; 1 leaves it as it is, bit for bit).
     Every generation is one call of the program, whatever the factor. Both run the loop's one program (``compiled``, as
     ``Loop.compile`` makes it ahead of time, maybe on another thread; ``None``: made here), ``first`` with its
-    generation switched off: one program per popsize, where a separate ask program was a second. Compiled ahead
+    generation switched off: one program, where a separate ask program was a second. Compiled ahead
     of time, it serves the first state (from ``strategy.init``) and the states it returns alike, where a jitted
     call would compile twice (their arrays are placed differently). The states' ``best_params`` stay as they
     were: the driver keeps its best point itself (``Execution.track_best``). The fitness history that
@@ -80,26 +99,50 @@ class Loop:
     fitnesses are: the program finds only the conditions on the state (``stopping.OnTheState``).
     """
 
-    def __init__(self, strategy: Strategy, state: State, compiled=None):
+    def __init__(self, strategy: Strategy, state: State, compiled=None, popsize: int | None = None):
         layout = ask_tell._checked(strategy, state, "tell").layout
+        self.popsize = popsize or strategy.popsize  # the program's members; the run's are strategy.popsize
+        if self.popsize != strategy.popsize and not pads(strategy):
+            raise ValueError(f"Loop(popsize={self.popsize}): only a CMA-ES loop without integer variables runs a "
+                             f"padded program; compile one of {strategy.popsize} members for {strategy!r}.")
+        self.hp = padded(strategy, ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)[1], layout.dim,
+                         self.popsize)
+        self.run_popsize = strategy.popsize
+        if self.popsize != strategy.popsize:  # the program's shapes; its history is the host's (self.history)
+            history = stopping.initial_history(layout.dim, self.popsize, state.best_fitness.dtype)
+            state = state._replace(stop_history=jax.tree.map(np.asarray, history))
         self.state = state
-        self.hp = ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)[1]
-        self.compiled = compiled or Loop.compile(strategy, state.params)
-        self.unused = from_host(np.zeros(strategy.popsize), "es.tell")  # first()'s fitnesses, never read
+        program = strategy if self.popsize == strategy.popsize else dataclasses.replace(strategy, popsize=self.popsize)
+        self.compiled = compiled or Loop.compile(program, state.params)  # (replace leaves out a margin: unpadded)
+        self.unused = from_host(np.zeros(self.popsize), "es.tell")  # first()'s fitnesses, never read
         self.history = HostHistory(layout.dim, strategy.popsize, self.unused.value.dtype, strategy.maximize,
                                    LOOP_CRITERIA)
 
     def first(self):
-        return self.compiled(self.hp, self.state, self.unused, _NO, np.ones((), self.unused.value.dtype))[2]
+        return self.run(self.compiled(self.hp, self.state, self.unused, _NO, np.ones((), self.unused.value.dtype))[2])
 
     def step(self, fitness: np.ndarray, sigma_factor: float = 1.0):
         given = from_host(fitness, "es.tell")
         factor = np.asarray(sigma_factor, given.value.dtype)
-        outputs = self.compiled(self.hp, self.state, given, _YES, factor)
+        outputs = self.compiled(self.hp, self.state, self.padded(given), _YES, factor)
         self.state, summary, members = ask_tell._keyed(outputs, self.state.key)
         best, sigma, stop = np.asarray(summary).tolist()
         self.history.record(given.value, given.residual)
-        return (best, sigma, int(stop) | self.history.bitmask()), members
+        return (best, sigma, int(stop) | self.history.bitmask()), self.run(members)
+
+    def padded(self, given: Fitnesses) -> Fitnesses:
+        """The run's fitnesses, then ``inf`` (an invalid member; its weight is 0) for the program's others."""
+        extra = self.popsize - given.value.shape[0]
+        if not extra:
+            return given
+        return Fitnesses(np.concatenate([given.value, np.full(extra, np.inf, given.value.dtype)]),
+                         np.concatenate([given.residual, np.zeros(extra, given.residual.dtype)]))
+
+    def run(self, members):
+        """The run's members of the program's: the first ``strategy.popsize``."""
+        if self.run_popsize == self.popsize:
+            return members
+        return jax.tree.map(lambda a: np.asarray(a)[:self.run_popsize], members)
 
     @staticmethod
     def compile(strategy: Strategy, params):
@@ -119,6 +162,7 @@ class Loop:
         state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
         layout = Layout.of(state.params)
         program, hp, mesh, execution = ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)
+        hp = padded(strategy, hp, layout.dim, strategy.popsize)  # its structure: the values come with each call
         # The driver keeps its best point itself, and the fitness history (Loop.history).
         execution = dataclasses.replace(execution, track_best=False, criteria=stopping.OnTheState(LOOP_CRITERIA))
         dtype = jnp.result_type(float)

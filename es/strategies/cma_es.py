@@ -36,6 +36,12 @@ B D z`` with ``A`` the state's diagonal ``scaling``, the mean steps by ``sigma A
 a probability of another value; integer centering, where the host asks for it, adds the state's ``centering`` to
 the sums first. Without one (the default) the state's ``scaling`` and ``centering`` are ``None`` and nothing
 above changes, bit for bit.
+
+A padded program (``padding``, es.minimize's restarts): a program of ``P`` members serves a run of ``lambda <=
+P``, its first ``lambda`` members, with the constants for ``lambda`` traced in ``hp.padding`` and the weights
+of ranks past ``lambda`` zero, so that one compiled program serves several restarts' popsizes. The members
+past ``lambda`` get no weight, whatever their fitness; the same maths, summed over ``P`` rows instead of
+``lambda`` (other last bits).
 """
 
 from __future__ import annotations
@@ -86,9 +92,10 @@ class CMAESState(NamedTuple):
 
 
 class CMAESHyperparameters(NamedTuple):
-    """The traced hyperparameters: the initial step size."""
+    """The traced hyperparameters: the initial step size, and for a padded program its ``Padding``."""
 
     sigma: float
+    padding: "Padding | None" = None
 
 
 class Constants(NamedTuple):
@@ -104,6 +111,35 @@ class Constants(NamedTuple):
     c_mu: float
     chi_n: float
     eigen_interval: int
+    sigma_path_rate: float
+    """``sqrt(c_sigma (2 - c_sigma) mu_eff)``"""
+    cov_path_rate: float
+    """``sqrt(c_c (2 - c_c) mu_eff)``"""
+
+
+class Padding(NamedTuple):
+    """What a program of ``P`` members needs, traced, to serve a run of ``members <= P`` (``padding``).
+
+    Attributes:
+      members: int, ``lambda``: members ``0..lambda-1`` are the run's, the rest get no weight.
+      constants: ``constants(n, lambda)`` as arrays, its ``weights`` float[P] (zero past ``lambda``).
+    """
+
+    members: jax.Array
+    constants: Constants
+
+
+def padding(n: int, members: int, popsize: int, dtype=np.float64) -> Padding:
+    """The ``Padding`` of a ``popsize``-member program for a run of ``members`` on ``n`` params (numpy)."""
+    if not 4 <= members <= popsize:
+        raise ValueError(f"padding(members={members}, popsize={popsize}): a padded program serves runs of 4 to "
+                         f"popsize members; compile one of {members} members or more.")
+    k = constants(n, members)
+    weights = np.zeros(popsize, dtype)
+    weights[:members] = k.weights
+    floats = {name: np.asarray(getattr(k, name), dtype) for name in Constants._fields
+              if name not in ("weights", "eigen_interval")}
+    return Padding(np.int32(members), Constants(weights=weights, eigen_interval=np.int32(k.eigen_interval), **floats))
 
 
 @functools.cache
@@ -114,16 +150,19 @@ def constants(n: int, popsize: int) -> Constants:
     c_mu = min(1 - c_1, 2 * (mu_eff - 2 + 1 / mu_eff) / ((n + 2) ** 2 + mu_eff))
     alpha = min(1 + c_1 / c_mu, 1 + 2 * mu_eff_minus / (mu_eff + 2), (1 - c_1 - c_mu) / (n * c_mu))
     minus = -sum(negative) or 1.0
+    c_c = (4 + mu_eff / n) / (n + 4 + 2 * mu_eff / n)
     return Constants(
         weights=tuple(w + alpha * v / minus for w, v in zip(positive, negative)),
         mu_eff=mu_eff,
         c_sigma=c_sigma,
         d_sigma=1 + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma,
-        c_c=(4 + mu_eff / n) / (n + 4 + 2 * mu_eff / n),
+        c_c=c_c,
         c_1=c_1,
         c_mu=c_mu,
         chi_n=expected_norm(n),
         eigen_interval=max(1, math.floor(1 / (10 * n * (c_1 + c_mu)))),
+        sigma_path_rate=math.sqrt(c_sigma * (2 - c_sigma) * mu_eff),
+        cov_path_rate=math.sqrt(c_c * (2 - c_c) * mu_eff),
     )
 
 
@@ -178,10 +217,15 @@ class CMAES(Strategy):
     def scale(self, hp, state: CMAESState, generation: jax.Array) -> jax.Array:
         return margins.scaled(state.scaling, state.sigma * state.basis * state.scales[None, :])
 
+    def constants(self, hp: CMAESHyperparameters, n: int) -> Constants:
+        """``constants(n, popsize)``, or a padded program's traced ones."""
+        return constants(n, self.popsize) if hp.padding is None else hp.padding.constants
+
     def coefficients(self, hp, state: CMAESState, fitness: jax.Array) -> Coefficients:
         n = state.scales.shape[0]
-        weights = jnp.asarray(constants(n, self.popsize).weights, state.cov.dtype)
-        weights = shaping.rank_weights(fitness, weights, self.maximize)
+        weights = jnp.asarray(self.constants(hp, n).weights, state.cov.dtype)
+        members = None if hp.padding is None else hp.padding.members
+        weights = shaping.rank_weights(fitness, weights, self.maximize, members)
         positive = jnp.maximum(weights, 0.0)
         return Coefficients(linear=positive, outer=positive, outer_unit=n * jnp.minimum(weights, 0.0))
 
@@ -189,18 +233,17 @@ class CMAES(Strategy):
                generation: jax.Array) -> Step:
         sigma, cov, basis, scales, path_sigma, path_cov, scaling, centering = state
         n = mean.shape[0]
-        k = constants(n, self.popsize)
+        k = self.constants(hp, n)
         to_y = basis * scales[None, :]  # B D: z-space to y-space
         if centering is not None:  # integer centering's change of the members (es.strategies.margin)
             sums = margins.centered_sums(centering, sums, basis.T / scales[:, None])
         y_w = to_y @ sums.linear
-        path_sigma = (1 - k.c_sigma) * path_sigma + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * (
-            basis @ sums.linear)
+        path_sigma = (1 - k.c_sigma) * path_sigma + k.sigma_path_rate * (basis @ sums.linear)
         norm = jnp.linalg.norm(path_sigma)
         stall = norm / jnp.sqrt(1 - (1 - k.c_sigma) ** (2 * (generation + 1).astype(mean.dtype))) >= (
             1.4 + 2 / (n + 1)) * k.chi_n
         h_sigma = jnp.where(stall, 0.0, 1.0)
-        path_cov = (1 - k.c_c) * path_cov + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y_w
+        path_cov = (1 - k.c_c) * path_cov + h_sigma * k.cov_path_rate * y_w
         weight_sum = jnp.sum(coefficients.outer) + jnp.sum(coefficients.outer_unit) / n  # sum_i w_i
         decay = 1 + k.c_1 * (1 - h_sigma) * k.c_c * (2 - k.c_c) - k.c_1 - k.c_mu * weight_sum
         cov = decay * cov + k.c_1 * jnp.outer(path_cov, path_cov) + k.c_mu * to_y @ sums.outer @ to_y.T

@@ -109,24 +109,34 @@ def _tie_groups(better: jax.Array) -> tuple[jax.Array, jax.Array]:
     return unsorted[0], unsorted[1]
 
 
-def rank_weights(fitness: jax.Array, by_rank: jax.Array, maximize: bool) -> jax.Array:
+def rank_weights(fitness: jax.Array, by_rank: jax.Array, maximize: bool, members: jax.Array | None = None
+                 ) -> jax.Array:
     """Weights from ranks: ``by_rank[k]`` for the member of rank ``k`` (0 = best). ``[n] -> [n]``.
 
     Tied members share the mean of their ranks' weights, so equal fitnesses
     always get equal weights. Invalid fitnesses (NaN, +-inf) rank below every
     valid member and get ``by_rank[-1]``, the worst rank's weight; with no
-    valid member every weight is zero.
+    valid member every weight is zero. ``members`` (an int, traced; a padded
+    program's): only the first ``members`` rank, as if the others were not
+    there (``by_rank`` zero from ``members`` on): the rest get weight 0, and
+    an invalid member ``by_rank[members - 1]``.
     """
     better = jnp.asarray(fitness, _float())
     better = better if maximize else -better
     valid = jnp.isfinite(better)
+    if members is not None:
+        live = jnp.arange(better.shape[0]) < members
+        valid = valid & live
     below, at_or_below = _tie_groups(jnp.where(valid, better, -jnp.inf))
     ascending = jnp.asarray(by_rank, _float())[::-1]  # worst first, like the sorted fitnesses
     cumulative = jnp.concatenate([jnp.zeros((1,), _float()), jnp.cumsum(ascending)])
     count = at_or_below - below
     tied_mean = (cumulative[at_or_below] - cumulative[below]) / count.astype(_float())
     weights = jnp.where(count == 1, ascending[below], tied_mean)
-    weights = jnp.where(valid, weights, ascending[0])
+    if members is None:
+        weights = jnp.where(valid, weights, ascending[0])
+    else:
+        weights = jnp.where(valid, weights, jnp.where(live, ascending[better.shape[0] - members], 0.0))
     return jnp.where(jnp.any(valid), weights, 0.0)
 
 
