@@ -14,38 +14,41 @@ Importing ``es`` creates no JAX arrays and starts no backend, so
 spans every process's devices (``docs/distributed.md``, ``python -m es.launch``).
 """
 
-from es import noise, validation
-from es.compilation_cache import enable_compilation_cache
-from es.blackbox import MinimizeResult, minimize
-from es.engine import stopping
-from es.engine.ask_tell import ask, stop_reasons, tell
-from es.engine.evolution import evolve
-from es.engine.execution import EXCHANGE_MODES
-from es.engine.generation import METRIC_NAMES, generation_step
-from es.engine.stopping import StopCriteria
-from es.engine.sweep import evolve_many
-from es.fitness import CommonRandomNumbers, Fitness, StatefulFitness
-from es.host import FitnessError, HostFitness
-from es.noise import GaussianNoise, Layout, LowRank, LowRankNoise, NoiseSource, NoiseTable, matmul, materialise
-from es.parallel import distributed
-from es.parallel.collectives import (
-    Collective, CollectivesReport, ExchangeCost, ExchangeReport, collectives_report, compiled_generation_hlo,
-    exchange_report,
-)
-from es.parallel.distributed import is_writer
-from es.parallel.mesh import POPULATION_AXIS, make_mesh
-from es.runs import checkpoint
-from es.runs.checkpoint import CheckpointError, CheckpointWarning
-from es.runs.params_file import load_params
-from es.runs.run import RunResult, Segment, run, run_many
-from es.runs.storage import RunDirError
-from es.runs.seeding import init_from_seed
-from es.strategies import (
-    ARS, CMAES, PGPE, SNES, STRATEGIES, ARSState, CMAESState, OpenES, OpenESState, PGPEState, SepCMAES,
-    SepCMAESState, SNESState, optimizers, shaping,
-)
-from es.strategies.base import Coefficients, PerCoordinate, Private, State, Step, Strategy, Sums
-from es.strategies.optimizers import ClipUpState, clipup
+from es.startup import long_lived_imports as _long_lived_imports
+
+with _long_lived_imports():  # JAX's and es's ~120,000 lifelong objects: never traversed by the collector (es.startup)
+    from es import noise, validation
+    from es.compilation_cache import enable_compilation_cache
+    from es.blackbox import MinimizeResult, minimize
+    from es.engine import stopping
+    from es.engine.ask_tell import ask, stop_reasons, tell
+    from es.engine.evolution import evolve
+    from es.engine.execution import EXCHANGE_MODES
+    from es.engine.generation import METRIC_NAMES, generation_step
+    from es.engine.stopping import StopCriteria
+    from es.engine.sweep import evolve_many
+    from es.fitness import CommonRandomNumbers, Fitness, StatefulFitness
+    from es.host import FitnessError, HostFitness
+    from es.noise import GaussianNoise, Layout, LowRank, LowRankNoise, NoiseSource, NoiseTable, matmul, materialise
+    from es.parallel import distributed
+    from es.parallel.collectives import (
+        Collective, CollectivesReport, ExchangeCost, ExchangeReport, collectives_report, compiled_generation_hlo,
+        exchange_report,
+    )
+    from es.parallel.distributed import is_writer
+    from es.parallel.mesh import POPULATION_AXIS, make_mesh
+    from es.runs import checkpoint
+    from es.runs.checkpoint import CheckpointError, CheckpointWarning
+    from es.runs.params_file import load_params
+    from es.runs.run import RunResult, Segment, run, run_many
+    from es.runs.storage import RunDirError
+    from es.runs.seeding import init_from_seed
+    from es.strategies import (
+        ARS, CMAES, PGPE, SNES, STRATEGIES, ARSState, CMAESState, OpenES, OpenESState, PGPEState, SepCMAES,
+        SepCMAESState, SNESState, optimizers, shaping,
+    )
+    from es.strategies.base import Coefficients, PerCoordinate, Private, State, Step, Strategy, Sums
+    from es.strategies.optimizers import ClipUpState, clipup
 
 __version__ = "0.1.0"
 

@@ -7,6 +7,7 @@ moves a name, that test says which, and the fallback keeps ``es`` working meanwh
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -24,6 +25,18 @@ def orbax_tmp_suffix() -> str:
     except ImportError:
         return ORBAX_TMP_SUFFIX
     return TMP_DIR_SUFFIX
+
+
+@contextlib.contextmanager
+def no_persistent_cache_writes():
+    """Inside, on this thread, JAX's persistent compilation cache reads as before but writes nothing: its private
+    ``config.persistent_cache_min_compile_time_secs`` set to infinity for the block (a no-op without it)."""
+    try:
+        from jax._src.config import persistent_cache_min_compile_time_secs as min_compile_time
+    except ImportError:
+        min_compile_time = None
+    with min_compile_time(float("inf")) if min_compile_time is not None else contextlib.nullcontext():
+        yield
 
 
 def await_tmp_cleanup(manager: Any) -> None:

@@ -35,6 +35,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from es import compat
+
 SUBDIRECTORY = "es-executables"
 MAX_ENTRIES = 256
 """Entries kept at most (each about 0.2 to 2 MB); the least recently used are removed beyond it."""
@@ -215,14 +217,17 @@ def _evict(folder: pathlib.Path) -> None:
 
 def load_or_compile(configuration: Any, compile: Callable[[], Any], fun_name: str = ""):
     """The executable of ``configuration`` from the disk if it is there, else ``compile()``'s, stored for
-    later processes (unless JAX's own cache gave it: XLA cannot serialize again an executable it loaded);
+    later processes (unless JAX's own cache gave it: XLA cannot serialize again an executable it loaded; JAX's
+    cache is read for it but not written, this entry serving instead: a program that cannot be stored here,
+    which calls into a library other than LAPACK, is compiled again by the next process);
     ``fun_name`` names the program in ``LOAD_EVENT``. Safe on any thread."""
     name = key(configuration) if directory() is not None else None
     if name is None:
         return compile()
     compiled = load(name, fun_name)
     if compiled is None:
-        compiled, from_jax_cache = _compiled_here(compile)
+        with compat.no_persistent_cache_writes():  # stored here: JAX's own copy would cost 0.04 s for nothing
+            compiled, from_jax_cache = _compiled_here(compile)
         if not from_jax_cache:
             store(name, compiled)
     return compiled

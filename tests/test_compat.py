@@ -38,3 +38,12 @@ def test_optax_aliases_are_the_optimizers_by_name():
     aliases = compat.optax_aliases()
     assert {"adam", "sgd", "adamw", "rmsprop", "lion"} <= set(aliases)
     assert "chain" not in aliases and "apply_updates" not in aliases
+
+
+def test_jax_persistent_cache_writes_can_be_held_back_on_one_thread():
+    from jax._src import config
+
+    before = config.persistent_cache_min_compile_time_secs.value
+    with compat.no_persistent_cache_writes():
+        assert config.persistent_cache_min_compile_time_secs.value == float("inf")  # the primary path
+    assert config.persistent_cache_min_compile_time_secs.value == before

@@ -104,13 +104,22 @@ def test_a_program_that_jaxs_own_cache_gave_is_not_stored(entries):
     def quarter():  # lowered anew each time: its compile goes to JAX's cache
         return jax.jit(lambda x: x / 4).lower(jnp.float32(1))
 
-    executable_cache.load_or_compile(("quarter",), quarter().compile)  # compiled: in JAX's cache and in this one
-    for entry in entries.glob("*.pkl"):
-        entry.unlink()
+    quarter().compile()  # compiled outside: in JAX's cache only
     compiled, from_jax_cache = executable_cache._compiled_here(quarter().compile)
     assert from_jax_cache and float(compiled(jnp.float32(2))) == 0.5
     executable_cache.load_or_compile(("quarter",), quarter().compile)
     assert not list(entries.glob("*.pkl"))
+
+
+def test_a_program_stored_here_is_not_written_to_jaxs_cache_too(entries):
+    def third():
+        return jax.jit(lambda x: x / 3).lower(jnp.float32(1))
+
+    executable_cache.load_or_compile(("third",), third().compile)
+    assert len(list(entries.glob("*.pkl"))) == 1
+    assert not [path for path in entries.parent.iterdir() if path.name.startswith("jit__lambda")]  # no JAX entry
+    compiled, from_jax_cache = executable_cache._compiled_here(third().compile)
+    assert not from_jax_cache and float(compiled(jnp.float32(3))) == 1.0
 
 
 def test_a_damaged_entry_is_removed_and_compiled_again(entries):

@@ -19,6 +19,7 @@ from es.blackbox import Schedule, objective
 from es.blackbox.restarts import MAX_RESTARTS, PAD_WORK, PADDED_OCTAVES, program_popsizes
 from es.blackbox.minimize import _checked as minimize_checks
 from es.blackbox.minimize import float64
+from es.blackbox.minimize import run_key as minimize_run_key
 from es.engine import fitness_history, loop, stopping
 from es.engine.generation import rank
 from es.fitness import Fitnesses, from_host
@@ -82,8 +83,17 @@ def test_a_python_callables_run_compiles_its_generation_program_once_and_nothing
     with programs_built() as built:
         result = es.minimize(shifted_sphere, np.zeros(7), 0.5, max_evals=300)  # a popsize (9) no other test uses
     assert result.nit >= 3
-    assert sum("tell" in name for name in built) == 1, built
-    assert set(built) <= {"jit(_tell_ask_compiled)", "jit(run_key)"}, built
+    assert built == ["jit(_tell_ask_compiled)"], built  # the run's key made on the host (run_key)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_a_runs_key_made_on_the_host_is_jaxs_fold_in_of_the_seed(x64):
+    seeds = [0, 1, 7, 2**31 - 1] + ([2**32 - 1, 2**32, 2**40 + 5, 2**63 - 1] if x64 else [])
+    with jax.enable_x64(x64):
+        for seed in seeds:
+            for index in (0, 1, 9, 2**31 - 1):
+                expected = jax.random.key_data(jax.random.fold_in(jax.random.key(seed), index))
+                np.testing.assert_array_equal(jax.random.key_data(minimize_run_key(seed, index)), expected)
 
 
 @pytest.mark.slow

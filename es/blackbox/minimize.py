@@ -44,6 +44,7 @@ from es.blackbox import integers, layers, objective
 from es.blackbox.objective import float64
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule, program_popsizes
 from es.engine import loop, stopping
+from es.noise import threefry
 from es.strategies import CMAES, SepCMAES
 from es.strategies.base import Strategy
 from es.strategies.cma_es import MAX_DIM
@@ -185,10 +186,17 @@ def minimize(
         return run.run_all(schedule)
 
 
+def run_key(seed: int, index: int) -> jax.Array:
+    """The key of run ``index`` of a call with ``seed``: ``fold_in(key(seed), index)``, computed on the host
+    for JAX's default threefry keys (``threefry.fold_in_on_host``: no program, where the eager calls compiled
+    one each), else by one small program."""
+    if jax.config.jax_default_prng_impl == "threefry2x32" and seed < 2**63 and index < 2**31:
+        return jax.random.wrap_key_data(threefry.fold_in_on_host(seed, index))
+    return _run_key(seed, index)
+
+
 @jax.jit
-def run_key(seed, index: int) -> jax.Array:
-    """The key of run ``index`` of a call with ``seed``: ``fold_in(key(seed), index)``, one small program where
-    the eager calls compiled one each (the seed's conversion, the seeding and the fold)."""
+def _run_key(seed, index: int) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed), index)
 
 

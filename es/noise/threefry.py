@@ -36,18 +36,33 @@ def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array) -> 
     the float conversion and whatever consumes the noise into one loop.
     """
     k0, k1, x0, x1 = (jnp.asarray(v, jnp.uint32) for v in (k0, k1, x0, x1))
-    add, xor = lax.add, lax.bitwise_xor
+    return _rounds((k0, k1, x0, x1), lax.add, lax.bitwise_xor, _rotate_left)
+
+
+def _rounds(words, add, xor, rotate_left):
+    """Threefry-2x32's 20 rounds on ``(k0, k1, x0, x1)`` with the given uint32 operations: ``(x0, x1)``."""
+    k0, k1, x0, x1 = words
     ks = (k0, k1, xor(xor(k0, k1), _THREEFRY_PARITY))
     x0 = add(x0, ks[0])
     x1 = add(x1, ks[1])
     for step in range(5):
         for rotation in _THREEFRY_ROTATIONS[step % 2]:
             x0 = add(x0, x1)
-            x1 = _rotate_left(x1, rotation)
+            x1 = rotate_left(x1, rotation)
             x1 = xor(x1, x0)
         x0 = add(x0, ks[(step + 1) % 3])
         x1 = add(add(x1, ks[(step + 2) % 3]), np.uint32(step + 1))
     return x0, x1
+
+
+def fold_in_on_host(seed: int, data: int) -> np.ndarray:
+    """The key data (uint32[2]) of ``jax.random.fold_in(jax.random.key(seed), data)`` for JAX's default
+    threefry keys, computed with numpy: no program to compile (``jax.random.wrap_key_data`` makes the key).
+    ``0 <= seed < 2**64``, ``0 <= data < 2**32``."""
+    words = [np.array([v], np.uint32) for v in (seed >> 32, seed & 0xFFFFFFFF, 0, data)]  # key(seed), seed(data)
+    x0, x1 = _rounds(words, np.add, np.bitwise_xor,
+                     lambda x, bits: (x << np.uint32(bits)) | (x >> np.uint32(32 - bits)))
+    return np.concatenate([x0, x1])
 
 
 def _bits_to_normal(bits: jax.Array) -> jax.Array:
