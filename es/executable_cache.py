@@ -2,7 +2,7 @@
 
 JAX's persistent compilation cache (``es.compilation_cache``) finds a program by its lowered HLO, so a later
 process still traces and lowers every program before it can load it: about 0.3 s for each of ``es.minimize``'s
-loop programs (one per popsize, or group of popsizes) on a CPU, against 0.08 s to load the executable itself. Where a program's HLO
+loop programs on a CPU, against 0.08 s to load the executable itself. Where a program's HLO
 is a function of static configuration alone (the loop's: the strategy's program and the params' shapes and
 dtypes), this module keeps its serialized executable (``jax.experimental.serialize_executable``) in
 ``<JAX's cache directory>/es-executables/`` under a key made of that configuration and of everything else

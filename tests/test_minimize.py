@@ -16,7 +16,7 @@ from test_validation import raises
 import es
 from es import executable_cache
 from es.blackbox import Schedule, objective
-from es.blackbox.restarts import MAX_RESTARTS, PAD_WORK, PADDED_OCTAVES, program_popsizes
+from es.blackbox.restarts import MAX_RESTARTS, PAD_WORK, PADDED_OCTAVES, SMALL_OCTAVES, program_popsizes
 from es.blackbox.minimize import _checked as minimize_checks
 from es.blackbox.minimize import float64
 from es.blackbox.minimize import run_key as minimize_run_key
@@ -256,10 +256,11 @@ def test_a_schedules_popsizes_share_at_most_ten_padded_programs_of_bounded_work(
         assert program >= popsize and program in served  # a program of the schedule's own octaves
         small = program * dim <= loop.SMALL_WORK  # compiled without backend optimisation
         assert small == (loop.compiler_options(dim, "cpu", program).get("xla_backend_optimization_level") == 0)
-        if not small and program > popsize:  # padded past the small group: a few octaves, bounded work
-            assert program <= popsize * 2 ** (PADDED_OCTAVES - 1) and program * dim**2 <= PAD_WORK
-    if first * dim <= loop.SMALL_WORK:  # the small group: one program
-        assert len({served[p] for p in served if p * dim <= loop.SMALL_WORK}) == 1
+        octaves = SMALL_OCTAVES if small else PADDED_OCTAVES  # a few octaves, and bounded work past the small
+        assert program <= popsize * 2 ** (octaves - 1)
+        assert small or program == popsize or program * dim**2 <= PAD_WORK
+    small = [p for p in served if p * dim <= loop.SMALL_WORK]  # SMALL_OCTAVES to a program
+    assert len({served[p] for p in small}) == -(-len(small) // SMALL_OCTAVES)
 
 
 def test_a_padded_loop_runs_the_run_of_its_own_popsize():

@@ -26,14 +26,16 @@ def test_importing_es_leaves_orbax_until_a_checkpoint_needs_it():
 def test_importing_es_leaves_the_garbage_collector_as_it_was_and_its_imports_frozen(collecting):
     """es.startup: no cyclic collection during the import, the imported objects frozen after it."""
     code = (f"import gc; {'' if collecting else 'gc.disable(); '}import es, jax; "
-            "print(gc.isenabled(), gc.get_freeze_count() > 50_000, gc.is_tracked(jax.jit) and jax.jit in gc.get_objects())")
+            "print(gc.isenabled(), gc.get_freeze_count() > 50_000, "
+            "gc.is_tracked(jax.jit) and jax.jit in gc.get_objects())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(collecting), "True", "False"], out  # jax.jit: tracked, but in no generation a collection reads
 
 
 # The layers of docs/design.md: a module may import from its own floor and those below, never above.
 FLOORS = {
-    "es.validation": 0, "es.compat": 0, "es.compilation_cache": 0, "es.executable_cache": 0, "es.startup": 0,
+    "es.validation": 0, "es.compat": 0, "es.compilation_cache": 0, "es.executable_cache": 0,
+    "es.startup": 0,
     "es.noise": 1,
     "es.engine.members": 2, "es.engine.batching": 2, "es.engine.partition": 2, "es.engine.stopping": 2,
     "es.fitness": 3,

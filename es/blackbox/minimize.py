@@ -20,10 +20,9 @@ A run's generations (its first members and each generation's tell and next membe
 program, nothing compiled per generation count (``_Programs``; a JAX function adds its ``vmap``), and JAX's
 persistent compilation cache keeps it for later processes (``es.compilation_cache``). A restart schedule's
 popsizes are ``lambda_0 * 2**k`` with ``k <= MAX_RESTARTS`` (BIPOP's small runs draw from the same ones), and
-with restarts one padded CMA-ES program serves several of them (``es.blackbox.restarts.program_popsizes``: on
-a few params, every popsize up to ``popsize * dim <= es.engine.loop.SMALL_WORK``, then two octaves at a
-time): a call compiles at most 10 programs however many runs it makes (the README example: one, where it
-compiled one per popsize), and a second call with the same shapes compiles none (tests/test_minimize.py).
+with restarts one padded CMA-ES program serves two to four of them (``es.blackbox.restarts.program_popsizes``):
+a call compiles at most 10 programs however many runs it makes (the README example: one, where it compiled one
+per popsize), and a second call with the same shapes compiles none (tests/test_minimize.py).
 """
 
 from __future__ import annotations

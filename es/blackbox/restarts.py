@@ -26,8 +26,12 @@ import numpy as np
 RESTARTS = (None, "ipop", "bipop")
 MAX_RESTARTS = 9
 """Restarts of the large (IPOP: any) kind at most, as in pycma's ``restarts=9`` (COCO's usual setting)."""
+SMALL_OCTAVES = 4
+"""Octaves one padded program serves at most where ``popsize * dim <= small_work`` (``program_popsizes``): a
+fresh process's short calls on a few params (the README example's 7 to 56 members) compile one program, where
+a smaller run's generations cost 10-25% more (its members past its own are drawn too: docs/benchmarks.md)."""
 PADDED_OCTAVES = 2
-"""Past the small programs' group, a padded program serves at most this many octaves (``program_popsizes``)."""
+"""Octaves one padded program serves at most past those (larger runs, whose generations cost more per member)."""
 PAD_WORK = 2**16
 """A padded program's ``popsize * dim**2`` at most: CMA-ES's sums cost ``O(popsize n^2)`` a generation, so
 past this a run pays for its padding; its octave then has a program of its own."""
@@ -36,10 +40,11 @@ past this a run pays for its padding; its octave then has a program of its own."
 def program_popsizes(first: int, dim: int, small_work: int) -> dict[int, int]:
     """``{run popsize: program popsize}`` for a schedule's octaves ``first * 2**k`` (``k <= MAX_RESTARTS``) on
     ``dim`` params: each octave's run is served by a padded program (``es.strategies.cma_es.padding``) of its
-    group's largest popsize. The groups: every octave with ``popsize * dim <= small_work`` (compiled without
-    backend optimisation, ``es.engine.loop.SMALL_WORK``); then up to ``PADDED_OCTAVES`` octaves at a time while
-    ``popsize * dim**2 <= PAD_WORK``; past that one octave each. E.g. ``first = 7``, ``dim = 3``: one program
-    of 56 for 7 to 56, one of 224 for 112 and 224, and so on; a call's 10 octaves never need more programs."""
+    group's largest popsize. Groups: of up to ``SMALL_OCTAVES`` octaves those with ``popsize * dim <=
+    small_work`` (compiled without backend optimisation, ``es.engine.loop.SMALL_WORK``), then of up to
+    ``PADDED_OCTAVES`` the others while ``popsize * dim**2 <= PAD_WORK``; past that one octave each. E.g.
+    ``first = 7``, ``dim = 3``: one program of 56 for 7 to 56, one of 224 for 112 and 224, and so on; a call's
+    10 octaves never need more than 10 programs."""
     served: dict[int, int] = {}
     group: list[int] = []
 
@@ -49,18 +54,15 @@ def program_popsizes(first: int, dim: int, small_work: int) -> dict[int, int]:
 
     for k in range(MAX_RESTARTS + 1):
         size = first * 2**k
-        if size * dim <= small_work:
-            group.append(size)
-            continue
-        if group and group[-1] * dim <= small_work:  # the small group ends here
+        small = size * dim <= small_work
+        if group and (len(group) == (SMALL_OCTAVES if small else PADDED_OCTAVES)
+                      or small != (group[-1] * dim <= small_work)):
             close()
-        if size * dim * dim > PAD_WORK:
+        if not small and size * dim * dim > PAD_WORK:
             close()
             served[size] = size
             continue
         group.append(size)
-        if len(group) == PADDED_OCTAVES:
-            close()
     close()
     return served
 
