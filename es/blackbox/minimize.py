@@ -327,7 +327,7 @@ class _Programs:
     def program(self, strategy: Strategy) -> Strategy:
         """The strategy the program of ``strategy``'s runs is compiled for: its popsize padded where it pads."""
         popsize = self.served.get(strategy.popsize, strategy.popsize) if loop.pads(strategy) else strategy.popsize
-        return strategy if popsize == strategy.popsize else dataclasses.replace(strategy, popsize=popsize)
+        return loop.resized(strategy, popsize)
 
     def key(self, strategy: Strategy):
         return strategy.program(), self.signature

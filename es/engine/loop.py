@@ -73,7 +73,13 @@ def pads(strategy: Strategy) -> bool:
     return isinstance(strategy, cma_es.CMAES) and strategy.margin is None
 
 
-def padded(strategy: Strategy, hp, dim: int, popsize: int):
+def resized(strategy: Strategy, popsize: int) -> Strategy:
+    """``strategy`` with ``popsize`` members: itself where it has them (``dataclasses.replace`` would leave out
+    an attached integer margin, which a padded program never has)."""
+    return strategy if popsize == strategy.popsize else dataclasses.replace(strategy, popsize=popsize)
+
+
+def with_padding(strategy: Strategy, hp, dim: int, popsize: int):
     """``hp`` of ``strategy`` (a run of ``strategy.popsize``) for its loop's program of ``popsize`` members:
     with its ``Padding`` where the program is a padded one (``pads``), else ``hp`` itself."""
     if not pads(strategy):
@@ -105,15 +111,14 @@ class Loop:
         if self.popsize != strategy.popsize and not pads(strategy):
             raise ValueError(f"Loop(popsize={self.popsize}): only a CMA-ES loop without integer variables runs a "
                              f"padded program; compile one of {strategy.popsize} members for {strategy!r}.")
-        self.hp = padded(strategy, ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)[1], layout.dim,
-                         self.popsize)
+        self.hp = with_padding(strategy, ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)[1], layout.dim,
+                               self.popsize)
         self.run_popsize = strategy.popsize
         if self.popsize != strategy.popsize:  # the program's shapes; its history is the host's (self.history)
             history = stopping.initial_history(layout.dim, self.popsize, state.best_fitness.dtype)
             state = state._replace(stop_history=jax.tree.map(np.asarray, history))
         self.state = state
-        program = strategy if self.popsize == strategy.popsize else dataclasses.replace(strategy, popsize=self.popsize)
-        self.compiled = compiled or Loop.compile(program, state.params)  # (replace leaves out a margin: unpadded)
+        self.compiled = compiled or Loop.compile(resized(strategy, self.popsize), state.params)
         self.unused = from_host(np.zeros(self.popsize), "es.tell")  # first()'s fitnesses, never read
         self.history = HostHistory(layout.dim, strategy.popsize, self.unused.value.dtype, strategy.maximize,
                                    LOOP_CRITERIA)
@@ -162,7 +167,7 @@ class Loop:
         state = jax.eval_shape(lambda: strategy.init(jax.random.key(0), params))
         layout = Layout.of(state.params)
         program, hp, mesh, execution = ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)
-        hp = padded(strategy, hp, layout.dim, strategy.popsize)  # its structure: the values come with each call
+        hp = with_padding(strategy, hp, layout.dim, strategy.popsize)  # its structure: the values come with each call
         # The driver keeps its best point itself, and the fitness history (Loop.history).
         execution = dataclasses.replace(execution, track_best=False, criteria=stopping.OnTheState(LOOP_CRITERIA))
         dtype = jnp.result_type(float)
