@@ -115,8 +115,8 @@ class Loop:
                                self.popsize)
         self.run_popsize = strategy.popsize
         if self.popsize != strategy.popsize:  # the program's shapes; its history is the host's (self.history)
-            history = stopping.initial_history(layout.dim, self.popsize, state.best_fitness.dtype)
-            state = state._replace(stop_history=jax.tree.map(np.asarray, history))
+            state = state._replace(stop_history=stopping.initial_history(layout.dim, self.popsize,
+                                                                         state.best_fitness.dtype))
         self.state = state
         self.compiled = compiled or Loop.compile(resized(strategy, self.popsize), state.params)
         self.unused = from_host(np.zeros(self.popsize), "es.tell")  # first()'s fitnesses, never read
