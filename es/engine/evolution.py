@@ -3,15 +3,18 @@
 The compiled program's static arguments are the strategy's ``program()`` (its configuration without the
 hyperparameter values), the fitness adapter, the mesh, the ``Execution`` and the number of generations;
 the hyperparameters and the state are traced. ``generation_step`` (``es.engine.generation``) is the scan's
-body.
+body. ``es.run``'s segments pass their number as ``Generations``: a traced count in a program compiled for the
+segment's length, so that a shorter segment (the last, or the first after a resume) runs the same program.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -98,27 +101,67 @@ def evolve(
     return evolve_checked(strategy, fitness, state, num_generations, mesh, execution)
 
 
+class Generations(NamedTuple):
+    """A call's number of generations as a run-time value: ``count`` generations (an int; traced inside the
+    program) of a program compiled for up to ``capacity`` (static), whose metrics have ``capacity`` rows until
+    ``first_rows`` keeps the ``count`` written. ``es.run`` and ``es.run_many`` run every segment so, with the
+    segment's length as ``capacity``: one program for all of them, a shorter last or resumed segment included.
+    The loop is a ``while_loop`` over the same generation step as ``lax.scan``'s: the same bits."""
+
+    count: Any
+    capacity: int
+
+
 def evolve_checked(
-    strategy: Strategy, fitness: Fitness, state: State, num_generations: int, mesh: Mesh, execution: Execution,
-    stop: Callable[[], bool] | None = None,
+    strategy: Strategy, fitness: Fitness, state: State, num_generations: int | Generations, mesh: Mesh,
+    execution: Execution, stop: Callable[[], bool] | None = None,
 ) -> tuple[State, Metrics]:
     """``evolve`` once its arguments passed ``check_evolve_args`` (``es.run``'s segments, a one-run sweep);
     ``fitness`` is an adapter (``es.fitness.adapter``). A fitness on the host runs generation by generation
     (``es.engine.host_loop``), and returns early after a generation where ``stop()`` is true (``es.run``'s
-    signals); a JAX fitness runs the whole call as one program."""
+    signals); a JAX fitness runs the whole call as one program (``Generations``: a program for its capacity)."""
     if fitness.on_host:
         from es.engine.host_loop import evolve_on_host
 
-        return evolve_on_host(strategy, fitness, state, int(num_generations), mesh, execution, stop)
+        return evolve_on_host(strategy, fitness, state, count_of(num_generations), mesh, execution, stop)
     state = replicate(state, mesh)
     hp = strategy.hyperparameters(Layout.of(state.params).dim)
-    return _evolve_compiled(strategy.program(), fitness, mesh, execution, int(num_generations), hp, state)
+    if not isinstance(num_generations, Generations):
+        return _evolve_compiled(strategy.program(), fitness, mesh, execution, int(num_generations), hp, state)
+    state, metrics = _evolve_compiled(strategy.program(), fitness, mesh, execution, num_generations.capacity, hp,
+                                      state, np.int32(num_generations.count))
+    return state, first_rows(metrics, num_generations)
+
+
+def count_of(num_generations: int | Generations) -> int:
+    """The number of generations a call runs."""
+    return int(num_generations.count if isinstance(num_generations, Generations) else num_generations)
+
+
+def first_rows(metrics: PyTree, generations: Generations) -> PyTree:
+    """The metrics of a ``Generations`` program (``capacity`` rows, leading axis) cut to the ``count`` it ran."""
+    if generations.count == generations.capacity:
+        return metrics
+    return _first_rows(metrics, int(generations.count))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _first_rows(metrics: PyTree, count: int) -> PyTree:
+    return jax.tree.map(lambda rows: rows[:count], metrics)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _evolve_compiled(program, fitness, mesh, execution, num_generations, hp, state):
-    run = functools.partial(run_generations, program, fitness, mesh, execution, num_generations)
-    return shard_replicated(run, mesh)(hp, state)
+def _evolve_compiled(program, fitness, mesh, execution, num_generations, hp, state, count=None):
+    """``num_generations`` generations; with ``count`` (traced) ``count`` of them in a program for up to
+    ``num_generations`` (``Generations``)."""
+    if count is None:
+        run = functools.partial(run_generations, program, fitness, mesh, execution, num_generations)
+        return shard_replicated(run, mesh)(hp, state)
+
+    def run_count(hp, state, count):
+        return run_generations(program, fitness, mesh, execution, Generations(count, num_generations), hp, state)
+
+    return shard_replicated(run_count, mesh)(hp, state, count)
 
 
 def shard_replicated(fn: Callable, mesh: Mesh) -> Callable:
@@ -147,11 +190,31 @@ def run_generations(program, fitness, mesh, execution, num_generations, hp, stat
 
 
 def scan_generations(mesh, execution, dim, step, num_generations, state, batched=False, gather=True):
-    """``step`` scanned ``num_generations`` times from ``state``: ``(state, metrics)``, on this device's carry
-    where the update is split (``batched``: several runs stacked, as ``es.evolve_many`` has them)."""
+    """``step`` scanned ``num_generations`` times (an int, or ``Generations``) from ``state``: ``(state,
+    metrics)``, on this device's carry where the update is split (``batched``: several runs stacked, as
+    ``es.evolve_many`` has them)."""
     part = Partition(dim, mesh.size if execution.shard_update else 1, BLOCK)
 
     def run(carry):
+        if isinstance(num_generations, Generations):
+            return loop_generations(step, carry, num_generations)
         return jax.lax.scan(lambda s, _: step(s), carry, length=num_generations)
 
     return update.run_split(state, part, mesh.axis_names, run, batched=batched, gather=gather)
+
+
+def loop_generations(step: Callable, carry: PyTree, generations: Generations) -> tuple[PyTree, PyTree]:
+    """``step`` run ``generations.count`` times from ``carry`` in a ``while_loop``: ``(carry, metrics)``, each
+    metric ``[capacity, ...]`` with the first ``count`` rows written (zeros after them)."""
+    shapes = jax.eval_shape(step, carry)[1]
+    rows = jax.tree.map(lambda s: jnp.zeros((generations.capacity, *s.shape), s.dtype), shapes)
+
+    def body(loop):
+        i, carry, rows = loop
+        carry, metrics = step(carry)
+        rows = jax.tree.map(lambda r, m: jax.lax.dynamic_update_index_in_dim(r, m, i, 0), rows, metrics)
+        return i + 1, carry, rows
+
+    count = jnp.asarray(generations.count, jnp.int32)
+    _, carry, rows = jax.lax.while_loop(lambda loop: loop[0] < count, body, (jnp.zeros((), jnp.int32), carry, rows))
+    return carry, rows

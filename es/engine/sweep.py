@@ -52,7 +52,7 @@ import optax
 from jax.sharding import Mesh
 
 from es import validation
-from es.engine.evolution import evolve_checked, scan_generations, shard_replicated
+from es.engine.evolution import Generations, evolve_checked, first_rows, scan_generations, shard_replicated
 from es.engine.execution import Execution, check_evolve_args, check_state
 from es.engine.generation import evaluate_local, generation_step, this_generation
 from es.fitness import Fitness, GivenFitness, adapter
@@ -131,7 +131,7 @@ def evolve_many(
     return evolve_many_checked(sweep, fitness, states, num_generations)
 
 
-def evolve_many_checked(sweep: Sweep, fitness: Fitness, states: Sequence[State], num_generations: int):
+def evolve_many_checked(sweep: Sweep, fitness: Fitness, states: Sequence[State], num_generations: int | Generations):
     """``evolve_many`` once its arguments passed ``check_evolve_many_args`` (``es.run_many``: every segment).
 
     The states are stacked along a leading run axis, and split again, by
@@ -147,9 +147,13 @@ def evolve_many_checked(sweep: Sweep, fitness: Fitness, states: Sequence[State],
     # init's states and the ones unstack returned are placed differently: both replicated, one stack program
     hyperparameters, states = replicate((sweep.hyperparameters, list(states)), sweep.mesh)
     stacked = stack(states)
+    if not isinstance(num_generations, Generations):
+        return unstack(*_evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution,
+                                              int(num_generations), hyperparameters, stacked))
     stacked, metrics = _evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution,
-                                             int(num_generations), hyperparameters, stacked)
-    return unstack(stacked, metrics)
+                                             num_generations.capacity, hyperparameters, stacked,
+                                             np.int32(num_generations.count))
+    return unstack(stacked, first_rows(metrics, num_generations))
 
 
 @jax.jit
@@ -167,9 +171,17 @@ def unstack(stacked: State, metrics: Metrics) -> tuple[list[State], list[Metrics
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _evolve_many_compiled(program, fitness, mesh, execution, num_generations, hyperparameters, states):
-    run = functools.partial(run_many_generations, program, fitness, mesh, execution, num_generations)
-    return shard_replicated(run, mesh)(hyperparameters, states)
+def _evolve_many_compiled(program, fitness, mesh, execution, num_generations, hyperparameters, states, count=None):
+    """As ``evolution._evolve_compiled``: ``count`` (traced) generations of a program for ``num_generations``."""
+    if count is None:
+        run = functools.partial(run_many_generations, program, fitness, mesh, execution, num_generations)
+        return shard_replicated(run, mesh)(hyperparameters, states)
+
+    def run_count(hyperparameters, states, count):
+        return run_many_generations(program, fitness, mesh, execution, Generations(count, num_generations),
+                                    hyperparameters, states)
+
+    return shard_replicated(run_count, mesh)(hyperparameters, states, count)
 
 
 def run_many_generations(program, fitness, mesh, execution, num_generations, hyperparameters, states):

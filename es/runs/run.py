@@ -45,6 +45,7 @@ from typing import Any, Callable, Sequence
 from jax.sharding import Mesh
 
 from es.engine import check_evolve_args, check_evolve_many_args, evolve_checked, evolve_many_checked
+from es.engine.evolution import Generations
 from es.fitness import adapter
 from es.parallel import distributed
 from es.runs.checkpoint import Checkpointer
@@ -158,8 +159,8 @@ def run(
     check_config("es.run", "config", config)
     fitness = adapter(fitness_fn)  # the one adapter of the run
     mesh, execution = check_evolve_args(strategy, fitness, state, num_generations, *options.evolve_arguments())
-    def advance(state: State, length: int, stop: Callable[[], bool]):
-        return evolve_checked(strategy, fitness, state, length, mesh, execution, stop)
+    def advance(state: State, length: int, stop: Callable[[], bool]):  # every segment: one program
+        return evolve_checked(strategy, fitness, state, Generations(length, options.segment), mesh, execution, stop)
 
     runs = [RunDir(run_dir, _identity(config, strategy, execution, mesh))]
     driver = Driver(advance, lambda states: states[0], lambda state: [state], lambda metrics: [metrics],
@@ -254,7 +255,7 @@ def run_many(
     runs = [RunDir(d, _identity(c, s, sweep.execution, sweep.mesh)) for d, c, s in zip(run_dirs, configs, strategies)]
     def advance(states: list[State], length: int, stop: Callable[[], bool]):
         del stop  # a sweep's fitness is JAX: its segments are whole programs
-        return evolve_many_checked(sweep, fitness, states, length)
+        return evolve_many_checked(sweep, fitness, states, Generations(length, options.segment))
 
     return _run_all(Driver(advance, list, list, list), fitness, runs, list(states), options, on_segment)
 

@@ -71,8 +71,8 @@ def segment_lengths(start: int, stop: int, segment: int) -> list[int]:
 
     Every segment has ``segment`` generations except possibly the last (when
     ``stop`` is not a multiple) and the first (when ``start`` is not, after a
-    resume with another segment length): at most two more compilations,
-    each made while the previous segment runs.
+    resume with another segment length); those run the segment's program too,
+    their length a run-time value (``es.engine.evolution.Generations``).
     """
     lengths = []
     generation = start
