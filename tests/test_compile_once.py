@@ -80,27 +80,29 @@ def test_the_second_segment_of_a_run_builds_no_program(tmp_path):
 
 
 def test_a_shorter_last_segment_and_a_resumed_one_run_the_segments_program_with_the_bits_of_evolve(tmp_path):
-    """Segments of 2 over 5 generations (2, 2, 1), then a resume to 6 (1 more): one ``es.evolve`` program, each
-    segment's count a run-time value of it; the states and metrics those of one ``es.evolve`` call."""
+    """Segments of 2 over 3 generations (2, then a shorter 1), resumed to 6 (a shorter 1 to reach a multiple of
+    2, then 2): one ``es.evolve`` program, each segment's count a run-time value of it; the state and the
+    metrics those of ``es.evolve``'s (two calls of ``GENERATIONS``: the program this file's first test builds)."""
     strategy = STRATEGIES["SNES"]
     state = strategy.init(jax.random.key(0), PARAMS)
     with programs_built() as built:
-        five = es.run(strategy, sphere, state, 5, run_dir=tmp_path, segment=2, progress=False)
-        six = es.run(strategy, sphere, state, 6, run_dir=tmp_path, segment=2, resume=True, progress=False)
+        es.run(strategy, sphere, state, GENERATIONS, run_dir=tmp_path, segment=2, progress=False)
+        run = es.run(strategy, sphere, state, 2 * GENERATIONS, run_dir=tmp_path, segment=2, resume=True,
+                     progress=False)
     assert built.count("jit(_evolve_compiled)") == 1, built
-    for run, generations in ((five, 5), (six, 6)):
-        straight, metrics = es.evolve(strategy, sphere, state, generations)
-        chex.assert_trees_all_equal(run.state, straight)
-        chex.assert_trees_all_equal(run.metrics, jax.tree.map(np.asarray, metrics))
+    half, first = es.evolve(strategy, sphere, state, GENERATIONS)
+    straight, second = es.evolve(strategy, sphere, half, GENERATIONS)
+    chex.assert_trees_all_equal(run.state, straight)
+    chex.assert_trees_all_equal(run.metrics, jax.tree.map(lambda a, b: np.concatenate([a, b]), first, second))
 
 
 def test_a_sweeps_shorter_last_segment_runs_the_segments_program_with_the_bits_of_evolve_many():
     strategies = [STRATEGIES["SNES"], STRATEGIES["SNES"]]
-    states = [s.init(jax.random.key(i), PARAMS) for i, s in enumerate(strategies)]
+    states = [s.init(jax.random.key(i), PARAMS) for i, s in enumerate(strategies)]  # as the evolve_many test's
     with programs_built() as built:
-        results = es.run_many(strategies, sphere, states, 5, segment=2, progress=False)
+        results = es.run_many(strategies, sphere, states, GENERATIONS, segment=2, progress=False)  # 2, then 1
     assert built.count("jit(_evolve_many_compiled)") == 1, built
-    finals, metrics = es.evolve_many(strategies, sphere, states, 5)
+    finals, metrics = es.evolve_many(strategies, sphere, states, GENERATIONS)
     for result, final, run_metrics in zip(results, finals, metrics):
         chex.assert_trees_all_equal(result.state, final)
         chex.assert_trees_all_equal(result.metrics, jax.tree.map(np.asarray, run_metrics))
