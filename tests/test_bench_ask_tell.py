@@ -26,6 +26,7 @@ def test_a_tiny_measurement_times_every_runner_and_compares_es_with_pycma():
 
 def test_the_runners_keep_running_across_their_resets():
     pytest.importorskip("cma", reason="pycma, the baseline: pip install -e '.[bench]'")
-    for runner in (ask_tell.EsRunner("SepCMAES", 3, 4, x64=False), ask_tell.PycmaRunner("full", 3, 4)):
+    for runner in (ask_tell.EsRunner("SepCMAES", 3, 4, x64=False), ask_tell.LoopRunner(3, 4),
+                   ask_tell.PycmaRunner("full", 3, 4)):
         ask_tell.run_block(runner, ask_tell.RESET_EVERY + 2)
         assert runner.generation_count == 2

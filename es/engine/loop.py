@@ -111,8 +111,9 @@ class Loop:
         if self.popsize != strategy.popsize and not pads(strategy):
             raise ValueError(f"Loop(popsize={self.popsize}): only a CMA-ES loop without integer variables runs a "
                              f"padded program; compile one of {strategy.popsize} members for {strategy!r}.")
-        self.hp = with_padding(strategy, ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)[1], layout.dim,
-                               self.popsize)
+        # On the device once (a padded program's constants are numpy): not put again by every generation's call.
+        self.hp = jax.device_put(with_padding(strategy, ask_tell._prepared(strategy, layout, None, LOOP_CRITERIA)[1],
+                                              layout.dim, self.popsize))
         self.run_popsize = strategy.popsize
         if self.popsize != strategy.popsize:  # the program's shapes; its history is the host's (self.history)
             state = state._replace(stop_history=stopping.initial_history(layout.dim, self.popsize,
@@ -120,16 +121,19 @@ class Loop:
         self.state = state
         self.compiled = compiled or Loop.compile(resized(strategy, self.popsize), state.params)
         self.unused = from_host(np.zeros(self.popsize), "es.tell")  # first()'s fitnesses, never read
+        self.switch = jax.device_put((_NO, _YES, np.ones((), self.unused.value.dtype)))  # told or not; factor 1
         self.history = HostHistory(layout.dim, strategy.popsize, self.unused.value.dtype, strategy.maximize,
                                    LOOP_CRITERIA)
 
     def first(self):
-        return self.run(self.compiled(self.hp, self.state, self.unused, _NO, np.ones((), self.unused.value.dtype))[2])
+        no, _, one = self.switch
+        return self.run(self.compiled(self.hp, self.state, self.unused, no, one)[2])
 
     def step(self, fitness: np.ndarray, sigma_factor: float = 1.0):
         given = from_host(fitness, "es.tell")
-        factor = np.asarray(sigma_factor, given.value.dtype)
-        outputs = self.compiled(self.hp, self.state, self.padded(given), _YES, factor)
+        _, yes, one = self.switch
+        factor = one if sigma_factor == 1.0 else np.asarray(sigma_factor, given.value.dtype)
+        outputs = self.compiled(self.hp, self.state, self.padded(given), yes, factor)
         self.state, summary, members = ask_tell._keyed(outputs, self.state.key)
         best, sigma, stop = np.asarray(summary).tolist()
         self.history.record(given.value, given.residual)

@@ -12,7 +12,12 @@ its evaluations. Runners (``RUNNERS``), all on the same problem:
   generations, as a loop would);
 - pycma's ``cma.CMAEvolutionStrategy``, and its separable variant
   (``{"CMA_diagonal": True}``: diagonal covariance throughout), the
-  counterparts of ``es.CMAES`` and ``es.SepCMAES``.
+  counterparts of ``es.CMAES`` and ``es.SepCMAES``;
+- ``es.minimize``'s own loop (``es.engine.loop.Loop``, float64): one compiled
+  call a generation (the tell and the next members), in a program padded to
+  ``PADDED`` times the popsize, as the first program of a BIPOP schedule
+  (``es.blackbox.restarts.program_popsizes``) serves its first runs: what a
+  generation of ``es.minimize`` costs beside its evaluations.
 
 One generation: ``ask`` (for es, with the members brought to a numpy array),
 the fitness (the sphere in numpy, not timed) and ``tell`` (for es, until the
@@ -57,10 +62,13 @@ RUNNERS = (  # (name, library, strategy, float64)
     ("es.CMAES float64", "es", "CMAES", True),
     ("es.SepCMAES float32", "es", "SepCMAES", False),
     ("es.SepCMAES float64", "es", "SepCMAES", True),
+    ("es.minimize loop, padded", "es-loop", "CMAES", True),
     ("pycma CMA-ES", "pycma", "full", True),
     ("pycma sep-CMA-ES", "pycma", "diagonal", True),
 )
 COUNTERPART = {"CMAES": "pycma CMA-ES", "SepCMAES": "pycma sep-CMA-ES"}
+PADDED = 4
+"""The loop runner's program has ``PADDED x popsize`` members (a run of ``popsize``)."""
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
@@ -111,6 +119,51 @@ class EsRunner:
         return asked - start, end - told, (cpu_asked - cpu_start) + (cpu_end - cpu_told)
 
 
+class LoopRunner:
+    """``es.minimize``'s loop in float64 (``es.engine.loop.Loop``), minimising the sphere from x0 = 1: the members
+    come with the previous generation's call, and ``tell`` is the step that tells and builds the next ones."""
+
+    def __init__(self, dim: int, popsize: int, seed: int = 0):
+        import es
+
+        self.strategy = es.CMAES(popsize=popsize, sigma=SIGMA, maximize=False)
+        self.dim, self.seed, self.resets = dim, seed, 0
+        self.loop = self.compiled = None
+
+    def context(self):
+        import jax
+
+        return jax.enable_x64(True)
+
+    def reset(self) -> None:
+        import jax
+
+        from es.engine import loop
+
+        self.resets += 1
+        x0 = np.ones(self.dim)
+        popsize = PADDED * self.strategy.popsize
+        if self.compiled is None:
+            self.compiled = loop.Loop.compile(loop.resized(self.strategy, popsize), x0)
+        state = self.strategy.init(jax.random.key(self.seed + self.resets), x0)
+        self.loop = loop.Loop(self.strategy, state, self.compiled, popsize=popsize)
+        self.members = self.loop.first()
+        self.generation_count = 0
+
+    def generation(self) -> tuple[float, float, float]:
+        if self.loop is None or self.generation_count >= RESET_EVERY:
+            self.reset()
+        cpu_start, start = time.process_time(), time.perf_counter()
+        population = np.asarray(self.members)
+        asked, cpu_asked = time.perf_counter(), time.process_time()
+        fitness = sphere(population)
+        cpu_told, told = time.process_time(), time.perf_counter()
+        _, self.members = self.loop.step(fitness)
+        end, cpu_end = time.perf_counter(), time.process_time()
+        self.generation_count += 1
+        return asked - start, end - told, (cpu_asked - cpu_start) + (cpu_end - cpu_told)
+
+
 class PycmaRunner:
     """pycma's ``ask`` + ``tell``, minimising the sphere from x0 = 1 (``diagonal``: ``CMA_diagonal=True``)."""
 
@@ -144,6 +197,8 @@ class PycmaRunner:
 
 
 def make_runner(library: str, strategy: str, x64: bool, dim: int, popsize: int):
+    if library == "es-loop":
+        return LoopRunner(dim, popsize)
     return EsRunner(strategy, dim, popsize, x64) if library == "es" else PycmaRunner(strategy, dim, popsize)
 
 
@@ -212,7 +267,7 @@ def with_ratios(rows: list[dict]) -> list[dict]:
     by_name = {r["name"]: r for r in rows}
     for row in rows:
         baseline = by_name.get(COUNTERPART.get(row["strategy"], ""))
-        if row["library"] == "es" and baseline:
+        if row["library"] in ("es", "es-loop") and baseline:
             row["baseline"], row["ratio"] = baseline["name"], row["gen_ms"] / baseline["gen_ms"]
     return rows
 
@@ -224,7 +279,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         ratio = f"{r['ratio']:.2f}x {r['baseline']}" if "ratio" in r else "-"
         first = (f"{1e3 * r['first_gen_s']:,.0f} ({1e3 * r['first_gen_compile_s']:,.0f}, {r['first_gen_compiles']})"
-                 if r["library"] == "es" else f"{1e3 * r['first_gen_s']:,.1f}")
+                 if r["library"] != "pycma" else f"{1e3 * r['first_gen_s']:,.1f}")
         restart = (f"{1e3 * r['restart_s']:,.0f} ({1e3 * r['restart_compile_s']:,.0f}, {r['restart_compiles']})"
                    if "restart_s" in r else "-")
         lines.append([r["name"], f"{r['ask_ms']:.3f}", f"{r['tell_ms']:.3f}", f"{r['gen_ms']:.3f}", ratio,
