@@ -39,6 +39,15 @@ def test_standard_normal_accepts_raw_and_non_threefry_keys():
     chex.assert_trees_all_equal(standard_normal(philox, 300), jax.random.normal(philox, (300,)))
 
 
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
+def test_a_generations_vector_keys_are_its_noise_keys_bit_for_bit(impl):
+    """One unrolled hash of the counters (threefry), or ``noise_key`` vmapped (other key kinds): the same keys."""
+    gen_key = population.generation_key(jax.random.key(3, impl=impl), jnp.int32(5))
+    expected = jax.vmap(population.noise_key, in_axes=(None, 0))(gen_key, jnp.arange(37))
+    np.testing.assert_array_equal(jax.random.key_data(population.vector_keys(gen_key, 37)),
+                                  jax.random.key_data(expected))
+
+
 def test_noise_table_is_jax_random_normal_of_its_seed():
     size = 2**16 + 1234  # built 2**16 values per step: a full row and a partial one
     table = jax.jit(es.NoiseTable(size=size, seed=9).prepare, static_argnums=0)(Layout(((10,),)))

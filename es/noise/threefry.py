@@ -79,7 +79,8 @@ def _bits_to_normal(bits: jax.Array) -> jax.Array:
     return lax.mul(np.float32(np.sqrt(2)), lax.erf_inv(uniform))
 
 
-def _is_threefry(key: jax.Array) -> bool:
+def is_threefry(key: jax.Array) -> bool:
+    """Whether ``key`` is a threefry key (JAX's default implementation), which this module's hash serves."""
     return str(jax.random.key_impl(key)) == "threefry2x32"
 
 
@@ -118,7 +119,7 @@ def standard_normal(key: jax.Array, dim: int, start: int | jax.Array = 0, size: 
     slice its full draw.
     """
     size = dim if size is None else size
-    if not _is_threefry(key):
+    if not is_threefry(key):
         return lax.dynamic_slice(jax.random.normal(key, (dim,), jnp.float32), (start,), (size,))
     if dim >= 2**32:
         raise ValueError(f"standard_normal: dim={dim} needs 64-bit counters; use dim < 2**32.")
