@@ -64,7 +64,7 @@ def vector_keys(gen_key: jax.Array, count: int) -> jax.Array:
     For threefry keys (JAX's default) one unrolled hash of the ``count`` counters (``es.noise.threefry``), as
     ``jax.random.fold_in`` hashes them: the same keys as a ``vmap`` of ``noise_key``, without the rolled loop of
     five steps that JAX lowers its threefry to on a CPU, each step a few small kernels and copies (es.minimize's
-    step on 10 params: about 3% of a generation, and its program 0-10% less to compile; docs/benchmarks.md).
+    step: about 3% of a generation; its programs 0.89-1.03x the compile time; docs/benchmarks.md).
     """
     stream = jax.random.fold_in(gen_key, _NOISE_STREAM)
     if not threefry.is_threefry(stream):
