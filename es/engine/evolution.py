@@ -126,10 +126,8 @@ def evolve_checked(
         return evolve_on_host(strategy, fitness, state, count_of(num_generations), mesh, execution, stop)
     state = replicate(state, mesh)
     hp = strategy.hyperparameters(Layout.of(state.params).dim)
-    if not isinstance(num_generations, Generations):
-        return _evolve_compiled(strategy.program(), fitness, mesh, execution, int(num_generations), hp, state)
-    state, metrics = _evolve_compiled(strategy.program(), fitness, mesh, execution, num_generations.capacity, hp,
-                                      state, np.int32(num_generations.count))
+    static, count = program_generations(num_generations)
+    state, metrics = _evolve_compiled(strategy.program(), fitness, mesh, execution, static, hp, state, count)
     return state, first_rows(metrics, num_generations)
 
 
@@ -138,11 +136,20 @@ def count_of(num_generations: int | Generations) -> int:
     return int(num_generations.count if isinstance(num_generations, Generations) else num_generations)
 
 
-def first_rows(metrics: PyTree, generations: Generations) -> PyTree:
-    """The metrics of a ``Generations`` program (``capacity`` rows, leading axis) cut to the ``count`` it ran."""
-    if generations.count == generations.capacity:
+def program_generations(num_generations: int | Generations) -> tuple[int, np.int32 | None]:
+    """``(static, count)`` of a generations program's call: ``(n, None)`` for an int (a scan of ``n``), or a
+    ``Generations``' ``(capacity, count)`` (a loop of ``count`` in a program for ``capacity``)."""
+    if isinstance(num_generations, Generations):
+        return num_generations.capacity, np.int32(num_generations.count)
+    return int(num_generations), None
+
+
+def first_rows(metrics: PyTree, num_generations: int | Generations) -> PyTree:
+    """The metrics of a ``Generations`` program (``capacity`` rows, leading axis) cut to the ``count`` it ran;
+    a scan's as they are."""
+    if not isinstance(num_generations, Generations) or num_generations.count == num_generations.capacity:
         return metrics
-    return _first_rows(metrics, int(generations.count))
+    return _first_rows(metrics, int(num_generations.count))
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -151,17 +158,25 @@ def _first_rows(metrics: PyTree, count: int) -> PyTree:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _evolve_compiled(program, fitness, mesh, execution, num_generations, hp, state, count=None):
+def _evolve_compiled(program, fitness, mesh, execution, num_generations, hp, state, count):
     """``num_generations`` generations; with ``count`` (traced) ``count`` of them in a program for up to
-    ``num_generations`` (``Generations``)."""
+    ``num_generations`` (``program_generations``)."""
+    run = functools.partial(run_generations, program, fitness, mesh, execution)
+    return shard_generations(run, mesh, num_generations, count)(hp, state)
+
+
+def shard_generations(run: Callable, mesh: Mesh, num_generations: int, count=None) -> Callable:
+    """``run(generations, *args)`` once per device of ``mesh`` (``shard_replicated``): ``generations`` is
+    ``num_generations``, or with ``count`` (traced, passed on as one more replicated input)
+    ``Generations(count, num_generations)``."""
     if count is None:
-        run = functools.partial(run_generations, program, fitness, mesh, execution, num_generations)
-        return shard_replicated(run, mesh)(hp, state)
+        return shard_replicated(functools.partial(run, num_generations), mesh)
 
-    def run_count(hp, state, count):
-        return run_generations(program, fitness, mesh, execution, Generations(count, num_generations), hp, state)
+    def counted(*args):
+        *args, traced_count = args
+        return run(Generations(traced_count, num_generations), *args)
 
-    return shard_replicated(run_count, mesh)(hp, state, count)
+    return lambda *args: shard_replicated(counted, mesh)(*args, count)
 
 
 def shard_replicated(fn: Callable, mesh: Mesh) -> Callable:

@@ -66,10 +66,9 @@ def vector_keys(gen_key: jax.Array, count: int) -> jax.Array:
     five steps that JAX lowers its threefry to on a CPU, each step a few small kernels and copies (es.minimize's
     step: about 3% of a generation; its programs 0.89-1.03x the compile time; docs/benchmarks.md).
     """
-    stream = jax.random.fold_in(gen_key, _NOISE_STREAM)
-    if not threefry.is_threefry(stream):
+    if not threefry.is_threefry(gen_key):
         return jax.vmap(noise_key, in_axes=(None, 0))(gen_key, jnp.arange(count))
-    data = jax.random.key_data(stream)
+    data = jax.random.key_data(jax.random.fold_in(gen_key, _NOISE_STREAM))
     x0, x1 = threefry.threefry2x32(data[0], data[1], jnp.zeros(count, jnp.uint32), jnp.arange(count, dtype=jnp.uint32))
     return jax.random.wrap_key_data(jnp.stack([x0, x1], axis=-1), impl=jax.random.key_impl(gen_key))
 

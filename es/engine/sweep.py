@@ -52,7 +52,8 @@ import optax
 from jax.sharding import Mesh
 
 from es import validation
-from es.engine.evolution import Generations, evolve_checked, first_rows, scan_generations, shard_replicated
+from es.engine.evolution import (Generations, evolve_checked, first_rows, program_generations, scan_generations,
+                                 shard_generations)
 from es.engine.execution import Execution, check_evolve_args, check_state
 from es.engine.generation import evaluate_local, generation_step, this_generation
 from es.fitness import Fitness, GivenFitness, adapter
@@ -147,12 +148,9 @@ def evolve_many_checked(sweep: Sweep, fitness: Fitness, states: Sequence[State],
     # init's states and the ones unstack returned are placed differently: both replicated, one stack program
     hyperparameters, states = replicate((sweep.hyperparameters, list(states)), sweep.mesh)
     stacked = stack(states)
-    if not isinstance(num_generations, Generations):
-        return unstack(*_evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution,
-                                              int(num_generations), hyperparameters, stacked))
-    stacked, metrics = _evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution,
-                                             num_generations.capacity, hyperparameters, stacked,
-                                             np.int32(num_generations.count))
+    static, count = program_generations(num_generations)
+    stacked, metrics = _evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution, static,
+                                             hyperparameters, stacked, count)
     return unstack(stacked, first_rows(metrics, num_generations))
 
 
@@ -171,17 +169,10 @@ def unstack(stacked: State, metrics: Metrics) -> tuple[list[State], list[Metrics
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _evolve_many_compiled(program, fitness, mesh, execution, num_generations, hyperparameters, states, count=None):
-    """As ``evolution._evolve_compiled``: ``count`` (traced) generations of a program for ``num_generations``."""
-    if count is None:
-        run = functools.partial(run_many_generations, program, fitness, mesh, execution, num_generations)
-        return shard_replicated(run, mesh)(hyperparameters, states)
-
-    def run_count(hyperparameters, states, count):
-        return run_many_generations(program, fitness, mesh, execution, Generations(count, num_generations),
-                                    hyperparameters, states)
-
-    return shard_replicated(run_count, mesh)(hyperparameters, states, count)
+def _evolve_many_compiled(program, fitness, mesh, execution, num_generations, hyperparameters, states, count):
+    """As ``evolution._evolve_compiled``, for the stacked runs."""
+    run = functools.partial(run_many_generations, program, fitness, mesh, execution)
+    return shard_generations(run, mesh, num_generations, count)(hyperparameters, states)
 
 
 def run_many_generations(program, fitness, mesh, execution, num_generations, hyperparameters, states):
