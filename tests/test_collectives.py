@@ -41,3 +41,22 @@ def test_parse_collectives_reads_sync_and_async_ops():
     ]
     report = es.CollectivesReport(8, found)
     assert report.total_bytes == 1024 + 320 and report.max_bytes == 1024
+
+
+def test_the_report_reads_the_hlo_of_xlas_default_compile():
+    """The report's program skips LLVM's optimisation (``REPORT_COMPILER_OPTIONS``): its optimised HLO, where the
+    collectives are placed and combined, is the text of the program compiled with XLA's defaults."""
+    from es.engine import execution
+    from es.parallel import collectives
+
+    strategy = es.SNES(popsize=16, sigma=0.1)
+    state = strategy.init(jax.random.key(0), jnp.zeros(2_000))
+    mesh = es.make_mesh(8)
+    fitness = es.fitness.adapter(sphere)
+    _, resolved = execution.check_evolve_args(strategy, fitness, state, 1, mesh, "sharded")
+    state = es.parallel.global_arrays.replicate(state, mesh)
+    lowered = collectives._one_generation.lower(strategy.program(), fitness, mesh, resolved,
+                                                strategy.hyperparameters(2_000), state)
+    report_text = es.compiled_generation_hlo(strategy, sphere, state, mesh, exchange="sharded")
+    assert report_text == lowered.compile().as_text()
+    assert {c.op for c in collectives.parse_collectives(report_text)} >= {"all-gather"}
