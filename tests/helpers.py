@@ -19,6 +19,7 @@ import optax
 
 import es
 from es import executable_cache
+from es.parallel import collectives
 
 POPSIZE = 32
 """The population of a test that needs "a population": divisible by 8 devices, pairs on each device."""
@@ -88,6 +89,14 @@ def evolve(strategy, fitness_fn, params, generations=GENERATIONS, num_devices=1,
     with ``fitness_fn``: a stateful fitness's state included)."""
     state = strategy.init(jax.random.key(seed), params, fitness=fitness_fn)
     return es.evolve(strategy, fitness_fn, state, generations, mesh=es.make_mesh(num_devices), **execution)
+
+
+def compiled_temp_bytes(lowered: jax.stages.Lowered) -> int:
+    """XLA's temporary buffers of ``lowered``'s program, in bytes. Buffer assignment is made by XLA's HLO passes,
+    so the program (never run) is compiled without LLVM's optimisation, as ``es.collectives_report`` does
+    (``REPORT_COMPILER_OPTIONS``): the sizes of XLA's defaults (test_collectives.py; every program of the memory
+    tests, docs/benchmarks.md) in about 0.55x the compile time."""
+    return lowered.compile(collectives.REPORT_COMPILER_OPTIONS).memory_analysis().temp_size_in_bytes
 
 
 PROGRAM_EVENT = "/jax/core/compile/backend_compile_duration"

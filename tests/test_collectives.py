@@ -3,7 +3,7 @@ tests/test_strategies.py)."""
 
 import jax
 import jax.numpy as jnp
-from helpers import sphere
+from helpers import compiled_temp_bytes, sphere
 
 import es
 
@@ -43,9 +43,10 @@ def test_parse_collectives_reads_sync_and_async_ops():
     assert report.total_bytes == 1024 + 320 and report.max_bytes == 1024
 
 
-def test_the_report_reads_the_hlo_of_xlas_default_compile():
+def test_the_report_reads_the_hlo_and_buffers_of_xlas_default_compile():
     """The report's program skips LLVM's optimisation (``REPORT_COMPILER_OPTIONS``): its optimised HLO, where the
-    collectives are placed and combined, is the text of the program compiled with XLA's defaults."""
+    collectives are placed and combined, is the text of the program compiled with XLA's defaults, and its
+    buffers are theirs (what tests read with ``helpers.compiled_temp_bytes``)."""
     from es.engine import execution
     from es.parallel import collectives
 
@@ -58,5 +59,7 @@ def test_the_report_reads_the_hlo_of_xlas_default_compile():
     lowered = collectives._one_generation.lower(strategy.program(), fitness, mesh, resolved,
                                                 strategy.hyperparameters(2_000), state)
     report_text = es.compiled_generation_hlo(strategy, sphere, state, mesh, exchange="sharded")
-    assert report_text == lowered.compile().as_text()
+    default = lowered.compile()
+    assert report_text == default.as_text()
+    assert compiled_temp_bytes(lowered) == default.memory_analysis().temp_size_in_bytes > 0
     assert {c.op for c in collectives.parse_collectives(report_text)} >= {"all-gather"}

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import programs_built, sphere
+from helpers import compiled_temp_bytes, programs_built, sphere
 
 import es
 from es.engine import execution
@@ -204,7 +204,7 @@ def test_compiled_memory_is_flat_in_popsize_with_low_rank_noise():
         state = strategy.init(jax.random.key(0), params)
         fitness = lambda p, k: -jnp.sum(es.matmul(jnp.ones((2, 100)), p["w"]) ** 2)  # noqa: E731
         evolve = jax.jit(lambda s: es.evolve(strategy, fitness, s, 1, mesh=es.make_mesh(1)))
-        return evolve.lower(state).compile().memory_analysis().temp_size_in_bytes
+        return compiled_temp_bytes(evolve.lower(state))
 
     for factored in (False, True):  # popsizes where the update's chunk (2**19 // draw_size vectors) is full
         small, large = temp_bytes(4096, factored), temp_bytes(16384, factored)

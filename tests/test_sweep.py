@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import noisy_policy_return, policy_params, sphere
+from helpers import compiled_temp_bytes, noisy_policy_return, policy_params, sphere
 from test_validation import raises
 
 import es
@@ -148,9 +148,8 @@ def test_memory_grows_with_runs_times_micro_batch_never_with_popsize():
     def temp_bytes(popsize, runs):
         strategies = [es.OpenES(popsize=popsize, sigma=0.1 * (i + 1)) for i in range(runs)]
         states = initial_states(strategies, jnp.ones(dim))
-        compiled = jax.jit(lambda s: es.evolve_many(strategies, sphere, s, 1, eval_batch_size=4,
-                                                    update_batch_size=16)).lower(states).compile()
-        return compiled.memory_analysis().temp_size_in_bytes
+        return compiled_temp_bytes(jax.jit(lambda s: es.evolve_many(strategies, sphere, s, 1, eval_batch_size=4,
+                                                                   update_batch_size=16)).lower(states))
 
     small, large = temp_bytes(64, 2), temp_bytes(512, 2)
     assert large - small < 4 * dim, (small, large)  # 8x the popsize: not one more params-sized buffer
