@@ -106,7 +106,7 @@ def test_env_runs_with_observation_normalisation_are_bit_identical_to_evolve():
 
 
 class CompileLog(logging.Handler):
-    """Counts XLA compilations of the sweep's program (not its small stack/unstack helpers)."""
+    """Counts XLA compilations of the sweep's program."""
 
     def __init__(self):
         super().__init__()

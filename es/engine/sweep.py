@@ -135,9 +135,9 @@ def evolve_many(
 def evolve_many_checked(sweep: Sweep, fitness: Fitness, states: Sequence[State], num_generations: int | Generations):
     """``evolve_many`` once its arguments passed ``check_evolve_many_args`` (``es.run_many``: every segment).
 
-    The states are stacked along a leading run axis, and split again, by
-    small programs of their own, so that the compiled generations depend on
-    the number of runs through the shapes only. One run is ``es.evolve``'s
+    The states are stacked along a leading run axis on the way into the
+    program and split again on the way out, in the same program (no small
+    programs of their own to compile). One run is ``es.evolve``'s
     own program: as a one-trip ``lax.map``, which XLA inlines and fuses with
     what surrounds it, its update could round otherwise than ``es.evolve``'s.
     """
@@ -145,22 +145,19 @@ def evolve_many_checked(sweep: Sweep, fitness: Fitness, states: Sequence[State],
         state, metrics = evolve_checked(sweep.first, fitness, states[0], num_generations, sweep.mesh,
                                         sweep.execution)
         return [state], [metrics]
-    # init's states and the ones unstack returned are placed differently: both replicated, one stack program
+    # init's states and the ones a previous call returned are placed differently: both replicated, one program
     hyperparameters, states = replicate((sweep.hyperparameters, list(states)), sweep.mesh)
-    stacked = stack(states)
     static, count = program_generations(num_generations)
-    stacked, metrics = _evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution, static,
-                                             hyperparameters, stacked, count)
-    return unstack(stacked, first_rows(metrics, num_generations))
+    states, metrics = _evolve_many_compiled(sweep.program, fitness, sweep.mesh, sweep.execution, static,
+                                            hyperparameters, states, count)
+    return states, first_rows(metrics, num_generations)
 
 
-@jax.jit
 def stack(states: list[State]) -> State:
     """The states as one, every leaf with a leading run axis."""
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
 
 
-@jax.jit
 def unstack(stacked: State, metrics: Metrics) -> tuple[list[State], list[Metrics]]:
     """Every run's state and metrics (``[generations]`` each) from the stacked ones (``[generations, runs]``)."""
     count = jax.tree.leaves(stacked)[0].shape[0]
@@ -170,9 +167,11 @@ def unstack(stacked: State, metrics: Metrics) -> tuple[list[State], list[Metrics
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
 def _evolve_many_compiled(program, fitness, mesh, execution, num_generations, hyperparameters, states, count):
-    """As ``evolution._evolve_compiled``, for the stacked runs."""
+    """As ``evolution._evolve_compiled``, for a list of runs: ``(states, metrics)``, lists of one per run, the
+    states stacked along a leading run axis for the generations and split again after them."""
     run = functools.partial(run_many_generations, program, fitness, mesh, execution)
-    return shard_generations(run, mesh, num_generations, count)(hyperparameters, states)
+    stacked, metrics = shard_generations(run, mesh, num_generations, count)(hyperparameters, stack(states))
+    return unstack(stacked, metrics)
 
 
 def run_many_generations(program, fitness, mesh, execution, num_generations, hyperparameters, states):
