@@ -59,10 +59,12 @@ def test_the_default_mesh_and_a_one_device_mesh_share_one_program():
     chex.assert_trees_all_equal(one_device, default)
 
 
-def test_a_second_evolve_many_call_builds_no_program():
+def test_an_evolve_many_call_is_one_program_and_a_second_call_builds_none():
     strategies = [STRATEGIES["SNES"], STRATEGIES["SNES"]]
     states = [s.init(jax.random.key(i), PARAMS) for i, s in enumerate(strategies)]
-    states, _ = es.evolve_many(strategies, sphere, states, GENERATIONS)
+    with programs_built() as first:  # the runs stacked and split inside it: no programs of their own
+        states, _ = es.evolve_many(strategies, sphere, states, GENERATIONS)
+    assert first == ["jit(_evolve_many_compiled)"], first
     with programs_built() as built:
         jax.block_until_ready(es.evolve_many(strategies, sphere, states, GENERATIONS))
     assert built == [], built
