@@ -19,6 +19,7 @@ import optax
 
 import es
 from es import executable_cache
+from es.engine.compiler import compile_with
 from es.parallel import collectives
 
 POPSIZE = 32
@@ -96,7 +97,7 @@ def compiled_temp_bytes(lowered: jax.stages.Lowered) -> int:
     so the program (never run) is compiled without LLVM's optimisation, as ``es.collectives_report`` does
     (``REPORT_COMPILER_OPTIONS``): the sizes of XLA's defaults (test_collectives.py; every program of the memory
     tests, docs/benchmarks.md) in about 0.55x the compile time."""
-    return lowered.compile(collectives.REPORT_COMPILER_OPTIONS).memory_analysis().temp_size_in_bytes
+    return compile_with(lowered, collectives.REPORT_COMPILER_OPTIONS).memory_analysis().temp_size_in_bytes
 
 
 PROGRAM_EVENT = "/jax/core/compile/backend_compile_duration"

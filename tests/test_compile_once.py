@@ -144,3 +144,17 @@ def test_init_at_a_new_popsize_builds_no_program():
     with programs_built() as built:
         jax.block_until_ready(dataclasses.replace(strategy, popsize=2 * POPSIZE).init(jax.random.key(1), PARAMS))
     assert built == [], built
+
+
+def test_an_option_this_xla_does_not_know_is_left_out_and_the_others_kept():
+    """es.minimize's loop and the report's program pass XLA options that a later XLA may drop (jax 0.11 dropped
+    the loop emitters' flag): ``compile_with`` compiles without the unknown ones, and raises other errors."""
+    from es.engine.compiler import compile_with
+
+    lowered = jax.jit(lambda x: x * 3).lower(jnp.float32(2))
+    options = {"xla_not_an_option_of_any_xla": True, "xla_backend_optimization_level": 0}
+    with pytest.raises(jax.errors.JaxRuntimeError, match="xla_not_an_option_of_any_xla"):
+        lowered.compile(options)
+    assert float(compile_with(lowered, options)(jnp.float32(2))) == 6.0
+    with pytest.raises(jax.errors.JaxRuntimeError):  # a bad value of a known option is not an unknown option
+        compile_with(lowered, {"xla_backend_optimization_level": "not a number"})

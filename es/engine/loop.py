@@ -40,6 +40,7 @@ import numpy as np
 
 from es import executable_cache
 from es.engine import ask_tell, stopping
+from es.engine.compiler import compile_with
 from es.engine.fitness_history import HostHistory
 from es.fitness import Fitnesses, from_host
 from es.noise import MIN_SLICE, Layout
@@ -178,14 +179,7 @@ class Loop:
         given = Fitnesses(*(jax.ShapeDtypeStruct((strategy.popsize,), dtype),) * 2)
         switch, factor = jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), dtype)
         lowered = _tell_ask_compiled.lower(program, mesh, execution, hp, state, given, switch, factor)
-        while True:
-            try:
-                return lowered.compile(options)
-            except jax.errors.JaxRuntimeError as error:  # an XLA without an option (jax 0.11: the emitters' flag)
-                unknown = {name for name in options or () if f"'{name}'" in str(error)}
-                if not unknown:
-                    raise
-                options = {name: value for name, value in options.items() if name not in unknown}
+        return compile_with(lowered, options)  # an XLA without an option (jax 0.11: the emitters' flag) leaves it out
 
 
 _YES, _NO = np.bool_(True), np.bool_(False)

@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 from es.engine import evolution as engine_evolve
 from es.engine import execution as engine_execution
 from es.engine import update as engine_update
+from es.engine.compiler import compile_with
 from es.engine.generation import evaluates_pairs
 from es.engine.partition import BLOCK, Partition
 from es.parallel.global_arrays import replicate
@@ -162,7 +163,7 @@ def compiled_generation_hlo(
     hp = strategy.hyperparameters(Layout.of(state.params).dim)
     lowered = _one_generation.lower(strategy.program(), fitness, mesh, resolved, hp, state)
     on_cpu = mesh.devices.flat[0].platform == "cpu"
-    return lowered.compile(REPORT_COMPILER_OPTIONS if on_cpu else None).as_text()
+    return compile_with(lowered, REPORT_COMPILER_OPTIONS if on_cpu else None).as_text()
 
 
 def collectives_report(
