@@ -38,6 +38,7 @@ FLOORS = {
     "es.startup": 0,
     "es.noise": 1,
     "es.engine.members": 2, "es.engine.batching": 2, "es.engine.partition": 2, "es.engine.stopping": 2,
+    "es.engine.compiler": 2,
     "es.fitness": 3,
     "es.strategies": 4,
     "es.parallel": 5,
