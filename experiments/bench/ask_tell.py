@@ -48,6 +48,7 @@ import argparse
 import contextlib
 import os
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -74,6 +75,19 @@ RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 def sphere(population: np.ndarray) -> np.ndarray:
     return np.sum(np.square(population, dtype=np.float64), axis=-1)
+
+
+def timed_generation(ask: Callable[[], Any], tell: Callable[[Any, np.ndarray], None]) -> tuple[float, float, float]:
+    """One generation: ``ask()`` (the population), the sphere on it (not timed), ``tell(population, fitness)``;
+    ``(ask seconds, tell seconds, CPU seconds of both)``."""
+    cpu_start, start = time.process_time(), time.perf_counter()
+    population = ask()
+    asked, cpu_asked = time.perf_counter(), time.process_time()
+    fitness = sphere(np.asarray(population))
+    cpu_told, told = time.process_time(), time.perf_counter()
+    tell(population, fitness)
+    end, cpu_end = time.perf_counter(), time.process_time()
+    return asked - start, end - told, (cpu_asked - cpu_start) + (cpu_end - cpu_told)
 
 
 class EsRunner:
@@ -107,16 +121,13 @@ class EsRunner:
 
         if self.state is None or self.generation_count >= RESET_EVERY:
             self.reset()
-        cpu_start, start = time.process_time(), time.perf_counter()
-        population = np.asarray(es.ask(self.strategy, self.state))
-        asked, cpu_asked = time.perf_counter(), time.process_time()
-        fitness = sphere(population)
-        cpu_told, told = time.process_time(), time.perf_counter()
-        self.state, _ = es.tell(self.strategy, self.state, fitness)
-        jax.block_until_ready(self.state)
-        end, cpu_end = time.perf_counter(), time.process_time()
+
+        def tell(population, fitness):
+            self.state = jax.block_until_ready(es.tell(self.strategy, self.state, fitness)[0])
+
+        times = timed_generation(lambda: np.asarray(es.ask(self.strategy, self.state)), tell)
         self.generation_count += 1
-        return asked - start, end - told, (cpu_asked - cpu_start) + (cpu_end - cpu_told)
+        return times
 
 
 class LoopRunner:
@@ -153,15 +164,13 @@ class LoopRunner:
     def generation(self) -> tuple[float, float, float]:
         if self.loop is None or self.generation_count >= RESET_EVERY:
             self.reset()
-        cpu_start, start = time.process_time(), time.perf_counter()
-        population = np.asarray(self.members)
-        asked, cpu_asked = time.perf_counter(), time.process_time()
-        fitness = sphere(population)
-        cpu_told, told = time.process_time(), time.perf_counter()
-        _, self.members = self.loop.step(fitness)
-        end, cpu_end = time.perf_counter(), time.process_time()
+
+        def tell(population, fitness):
+            self.members = self.loop.step(fitness)[1]
+
+        times = timed_generation(lambda: np.asarray(self.members), tell)
         self.generation_count += 1
-        return asked - start, end - told, (cpu_asked - cpu_start) + (cpu_end - cpu_told)
+        return times
 
 
 class PycmaRunner:
@@ -185,15 +194,9 @@ class PycmaRunner:
     def generation(self) -> tuple[float, float, float]:
         if self.cma is None or self.generation_count >= RESET_EVERY:
             self.reset()
-        cpu_start, start = time.process_time(), time.perf_counter()
-        population = self.cma.ask()
-        asked, cpu_asked = time.perf_counter(), time.process_time()
-        fitness = sphere(np.asarray(population))
-        cpu_told, told = time.process_time(), time.perf_counter()
-        self.cma.tell(population, fitness)
-        end, cpu_end = time.perf_counter(), time.process_time()
+        times = timed_generation(self.cma.ask, self.cma.tell)
         self.generation_count += 1
-        return asked - start, end - told, (cpu_asked - cpu_start) + (cpu_end - cpu_told)
+        return times
 
 
 def make_runner(library: str, strategy: str, x64: bool, dim: int, popsize: int):
