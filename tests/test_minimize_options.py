@@ -309,7 +309,13 @@ def jax_constraints(x):
     return jnp.stack([x[0] + x[1] - 1.0, x[2]])
 
 
-@pytest.mark.parametrize("g", [linear_constraints, jax_constraints], ids=["python", "jax"])
+def jax_list_constraints(x):
+    """``jax_constraints`` as a list of numbers, as pycma takes ``g``'s values (and the guide writes them)."""
+    return [x[0] + x[1] - 1.0, x[2]]
+
+
+@pytest.mark.parametrize("g", [linear_constraints, jax_constraints, jax_list_constraints],
+                         ids=["python", "jax", "jax-list"])
 def test_constraints_give_the_best_feasible_point(g):
     recorder = Recorder()
     result = es.minimize(recorder, np.zeros(DIM), 0.5, max_evals=3000, constraints=g)
@@ -516,6 +522,7 @@ class Growing:
     (dict(noisy="yes"), TypeError, ["noisy must be True or False"]),
     (dict(constraints=3), TypeError, ["constraints must be a callable g(x)"]),
     (dict(constraints=lambda x: jnp.outer(x, x)), TypeError, ["a number or a 1-D array", "[4, 4]"]),
+    (dict(constraints=lambda x: [x, -x]), TypeError, ["a number or a 1-D array", "(or a list of numbers)", "[4]"]),
     (dict(constraints=Growing()), ValueError, ["returned 3 values", "but 2 before"]),
     (dict(constraints=lambda x: "no"), TypeError, ["a number or a 1-D array", "'no'"]),
     (dict(constraints=lambda x: None), TypeError, ["a number or a 1-D array", "returned None"]),

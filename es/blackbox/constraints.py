@@ -52,7 +52,7 @@ class Lagrangian(NamedTuple):
 
 
 def checked_values(value, count: int | None, where: str) -> np.ndarray:
-    """``g(x)`` as float64[m]: a number or a 1-D array of numbers, ``count`` of them if known; else a
+    """``g(x)`` as float64[m]: a number, a 1-D array or a list of numbers, ``count`` of them if known; else a
     ``TypeError``/``ValueError`` that says what ``g`` returned."""
     try:  # None would be NaN (a member every g rejects): refused as what it is, a g that returned nothing
         array = None if value is None else np.asarray(value, np.float64)
@@ -61,8 +61,8 @@ def checked_values(value, count: int | None, where: str) -> np.ndarray:
     if array is None or array.ndim > 1:
         got = f"an array of shape {array.shape}" if array is not None else repr(value)
         raise TypeError(
-            f"es.minimize(constraints=g): g(x) must return a number or a 1-D array of numbers (feasible where "
-            f"every value is <= 0); {where} it returned {got}."
+            f"es.minimize(constraints=g): g(x) must return a number or a 1-D array of numbers (or a list of "
+            f"numbers), feasible where every value is <= 0; {where} it returned {got}."
         )
     array = array.ravel()
     if count is not None and array.size != count:

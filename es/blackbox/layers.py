@@ -21,6 +21,7 @@ none is feasible, the least violating one; with ``noisy``, each run's final mean
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Callable, NamedTuple
@@ -334,7 +335,7 @@ def checked(x0: PyTree, box, g, integer_variables, noisy) -> Options | None:
     if box is not None and integer is not None:  # integer coordinates are rounded into their bounds, not mapped
         opened = np.isin(np.arange(start.size), integer.indices)
         box = box._replace(lower=np.where(opened, -np.inf, box.lower), upper=np.where(opened, np.inf, box.upper))
-    kind = None if g is None else _constraint_kind(g, x0)
+    g, kind = (None, None) if g is None else _constraint_kind(g, x0)
     if box is None and g is None and integer is None and not noisy:
         return None
     return Options(box, g, kind, integer, bool(noisy))
@@ -372,18 +373,37 @@ def _spread(x0: PyTree, flat: Flat, value, name: str) -> np.ndarray:
     )
 
 
-def _constraint_kind(g, x0: PyTree) -> str:
-    """``"jax"`` for a ``g`` that traces, its value computed from ``x`` (a number or a 1-D array), else
-    ``"python"`` (``objective.traced_output``)."""
+def _constraint_kind(g, x0: PyTree) -> tuple[Callable, str]:
+    """``(g, "jax")`` for a ``g`` that traces, its value computed from ``x``: a number, a 1-D array, or a list or
+    tuple of numbers (``g`` then wrapped in ``Stacked``, the 1-D array numpy makes of such a list, as pycma
+    reads it); else ``(g, "python")`` (``objective.traced_output``)."""
     if not callable(g):
         raise TypeError(f"es.minimize(constraints={g!r}): constraints must be a callable g(x) returning the "
                         "constraint values, feasible where every value is <= 0.")
     out = objective.traced_output(g, x0)
     if out is None:  # a Python callable
-        return "python"
-    if not isinstance(out, jax.ShapeDtypeStruct) or len(out.shape) > 1 or not (
-            np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer)):
+        return g, "python"
+    if isinstance(out, (list, tuple)) and out and all(_is_number(value) and value.shape == () for value in out):
+        return Stacked(g), "jax"
+    if not _is_number(out) or len(out.shape) > 1:
         got = validation.shapes(out)
-        raise TypeError(f"es.minimize(constraints=g): g(x) must return a number or a 1-D array of numbers; for x "
-                        f"shaped like x0 it returns {got}.")
-    return "jax"
+        raise TypeError(f"es.minimize(constraints=g): g(x) must return a number or a 1-D array of numbers (or a list "
+                        f"of numbers); for x shaped like x0 it returns {got}.")
+    return g, "jax"
+
+
+def _is_number(out) -> bool:
+    """Whether a traced output is one array of numbers (any shape)."""
+    return isinstance(out, jax.ShapeDtypeStruct) and (
+        np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer))
+
+
+@dataclasses.dataclass(frozen=True)
+class Stacked:
+    """A JAX ``g`` that returns a list or tuple of numbers, returning them as one 1-D array instead. Equal for
+    the same ``g``, so a second ``es.minimize`` call with it reuses the programs of the first."""
+
+    g: Callable
+
+    def __call__(self, x):
+        return jnp.stack([jnp.asarray(value) for value in self.g(x)])

@@ -151,8 +151,8 @@ def minimize(
       bounds: ``(lower, upper)``, each a number or an array shaped like
         ``x0`` (-inf / inf: open), or a ``scipy.optimize.Bounds``: ``fun`` is
         only called inside the box (``es.blackbox.bounds``).
-      constraints: ``g(x)`` returning a number or a 1-D array, feasible
-        where every value is <= 0; a JAX or Python callable
+      constraints: ``g(x)`` returning a number, a 1-D array or a list of
+        numbers, feasible where every value is <= 0; a JAX or Python callable
         (``es.blackbox.constraints``, an augmented Lagrangian).
       integer_variables: indices into the flattened ``x``: ``fun`` sees
         integral values there (``es.blackbox.integers``: CMA-ES with margin
