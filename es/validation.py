@@ -211,7 +211,13 @@ def check_params(params: PyTree, name: str = "params") -> None:
             "(e.g. jnp.zeros(100))."
         )
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        dtype = jnp.result_type(leaf)
+        try:
+            dtype = jnp.result_type(leaf)
+        except TypeError:  # a string, an object: JAX's own error names neither the argument nor the fix
+            raise TypeError(
+                f"{name}{jax.tree_util.keystr(path)} is {type(leaf).__name__} {leaf!r:.60}, not an array of "
+                "numbers; give float arrays (e.g. jnp.zeros(100)) or a pytree of them."
+            ) from None
         if not jnp.issubdtype(dtype, jnp.floating):
             raise TypeError(
                 f"{name}{jax.tree_util.keystr(path)} has dtype {dtype}; ES perturbs "

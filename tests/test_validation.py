@@ -77,6 +77,7 @@ def test_sigma_of_wrong_type():
         ({}, ValueError, "empty"),
         (jnp.zeros((0,)), ValueError, "empty"),
         ([jnp.ones(2), jnp.array([True])], TypeError, "bool"),
+        ({"w": jnp.ones(3), "name": "layer"}, TypeError, "params['name'] is str 'layer', not an array of numbers"),
         (jnp.array([0.0, jnp.nan]), ValueError, "holds 1 NaN or inf value(s) (the first at flat index 1: nan)"),
         ({"w": jnp.ones(3), "b": np.array([np.inf, 0.0])}, ValueError, "params['b'] holds 1 NaN or inf"),
     ],

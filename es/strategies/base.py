@@ -358,8 +358,8 @@ class Strategy:
             ``init(key, params, fitness=task.fitness)`` works for either.
         """
         validation.check_key(key)
+        validation.check_params(params)  # before any conversion: a leaf JAX cannot hold is named here
         params = jax.tree.map(strongly_typed, params)
-        validation.check_params(params)
         validation.check_finite(params)
         fitness = None if fitness is None else adapter(fitness, f"{type(self).__name__}.init(fitness=...)")
         return initial_state(self, key, params, fitness)
