@@ -36,6 +36,7 @@ are the argmax of the outputs. Other action spaces (``MultiDiscrete``,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -49,6 +50,7 @@ import es
 from es import validation
 from es.engine.members import member_seed
 from es.fitness.functions import check_shared_by
+from tasks import mujoco_warnings
 from tasks import obs_norm as obsnorm
 from tasks.env_options import check_episode_options, check_hidden_sizes, option_pairs
 from tasks.envs import EnvFitnessState, MemberStats, update_fitness_state
@@ -78,10 +80,13 @@ TRAINING_DEFAULTS = {"Ant": {"training_steps": 250, "common_random_numbers": "ge
 
 @functools.lru_cache(maxsize=None)
 def make_env(env_id: str, max_steps: int, env_kwargs: tuple[tuple[str, Any], ...] = ()):
-    """The gymnasium environment (one per process and settings: made once, then reset for every episode)."""
+    """The gymnasium environment (one per process and settings: made once, then reset for every episode); a
+    MuJoCo one's load warnings as Python warnings (``tasks.mujoco_warnings``)."""
     import gymnasium
 
-    return gymnasium.make(env_id, max_episode_steps=max_steps, disable_env_checker=True, **dict(env_kwargs))
+    on_mujoco = "mujoco" in str(gymnasium.spec(env_id).entry_point)
+    with mujoco_warnings.as_python_warnings() if on_mujoco else contextlib.nullcontext():
+        return gymnasium.make(env_id, max_episode_steps=max_steps, disable_env_checker=True, **dict(env_kwargs))
 
 
 @dataclasses.dataclass(frozen=True)

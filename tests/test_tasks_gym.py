@@ -162,3 +162,27 @@ def test_bad_options_are_refused_with_the_option_named():
                                          r"use one of \['pair', 'generation'\]"):
         tasks.make("gymnasium:CartPole-v1", common_random_numbers="member")
     assert "gymnasium:Hopper-v5" in tasks.names()
+
+
+def test_mujocos_load_warnings_become_python_warnings_and_leave_no_log_file(tmp_path, monkeypatch, capfd):
+    """mujoco 4 warns at every load of gymnasium's own HalfCheetah model (``settotalmass`` is deprecated): printed
+    by every worker and appended to ``MUJOCO_LOG.TXT`` in the working directory before. Now dropped; any other
+    MuJoCo warning inside ``as_python_warnings`` is a ``RuntimeWarning``, and MuJoCo's handler is put back."""
+    import mujoco
+    from tasks import gym as gym_tasks
+    from tasks import mujoco_warnings
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns() as caught:
+        env = gym_tasks.make_env.__wrapped__("HalfCheetah-v5", 10)  # uncached: the model is loaded here
+        env.reset(seed=0)
+        model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><freejoint/><geom size='.1'/></body>"
+                                               "</worldbody></mujoco>")
+        data = mujoco.MjData(model)
+        data.qvel[:] = np.nan
+        with mujoco_warnings.as_python_warnings():
+            mujoco.mj_step(model, data)  # MuJoCo's warning of an unstable simulation
+    assert [str(w.message).split(" at ")[0] for w in caught] == ["MuJoCo: Nan, Inf or huge value in QVEL"]
+    assert caught[0].category is RuntimeWarning and mujoco.get_mju_user_warning() is None
+    out, err = capfd.readouterr()
+    assert "WARNING" not in out + err and not (tmp_path / "MUJOCO_LOG.TXT").exists()
