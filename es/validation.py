@@ -43,6 +43,11 @@ def is_real(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
+def real_dtype(dtype) -> bool:
+    """Whether ``dtype`` holds real numbers: a numpy float or integer dtype (not bool, not complex)."""
+    return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)
+
+
 def _traced(x) -> bool:
     return isinstance(x, jax.Array)
 

@@ -394,8 +394,7 @@ def _constraint_kind(g, x0: PyTree) -> tuple[Callable, str]:
 
 def _is_number(out) -> bool:
     """Whether a traced output is one array of numbers (any shape)."""
-    return isinstance(out, jax.ShapeDtypeStruct) and (
-        np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer))
+    return isinstance(out, jax.ShapeDtypeStruct) and validation.real_dtype(out.dtype)
 
 
 @dataclasses.dataclass(frozen=True)

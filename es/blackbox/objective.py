@@ -41,8 +41,7 @@ def kind_of(fun: Any, x0: PyTree) -> str:
     out = traced_output(fun, x0)
     if out is None:
         return "python"
-    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != () or not (
-            np.issubdtype(out.dtype, np.floating) or np.issubdtype(out.dtype, np.integer)):
+    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != () or not validation.real_dtype(out.dtype):
         got = validation.shapes(out)
         raise TypeError(
             f"es.minimize(fun=...): fun(x) must return one real number, but for x shaped like x0 it returns {got}; "
@@ -108,7 +107,7 @@ def value_of(fun: Callable, x: PyTree, where: str) -> float:
     if isinstance(value, float):  # a Python float or np.float64 (a subclass): the common case, checked cheaply
         return float(value)
     array = np.asarray(value) if value is not None else np.asarray(None, object)
-    if array.shape != () or not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+    if array.shape != () or not validation.real_dtype(array.dtype):
         shape = getattr(x, "shape", None)
         raise TypeError(
             f"es.minimize(fun=...): fun must return one real number; {where} (x of shape {shape}) it returned "

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from es import validation
 from es.engine import stopping
 from es.engine.evolution import run_generations
 from es.engine.execution import check_noise, check_state, resolve_execution
@@ -332,9 +333,7 @@ _PREPARED: dict = {}
 def _fitness_values(strategy: Strategy, fitness) -> np.ndarray:
     """``fitness`` as a float64 array of shape ``(popsize,)``, or a ``ValueError`` naming what is wrong."""
     values = np.asarray(fitness)
-    if values.shape != (strategy.popsize,) or not (
-        np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)
-    ):
+    if values.shape != (strategy.popsize,) or not validation.real_dtype(values.dtype):
         raise ValueError(
             f"es.tell: fitness must be a real array of shape ({strategy.popsize},) (one value per member, in "
             f"member order), got {values.dtype}{list(values.shape)}."

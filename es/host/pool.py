@@ -54,6 +54,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from es import validation
 from es.host import pickled_code
 
 PyTree = Any
@@ -208,8 +209,7 @@ class _Pool:
                 result, member_stats = result
                 stats.append(member_stats)
             value = np.asarray(result)
-            if value.shape != () or not (np.issubdtype(value.dtype, np.floating)
-                                         or np.issubdtype(value.dtype, np.integer)):
+            if value.shape != () or not validation.real_dtype(value.dtype):
                 self.fail(f"es.HostFitness: fn must return one real number; {where} returned {result!r}.")
                 raise _Stopped
             fitness[i] = value
