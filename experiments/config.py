@@ -5,9 +5,10 @@
                antithetic: true, fitness_shaping: centered_rank, weight_decay: 0.0, maximize: true}
     run: {generations: 200, seed: 0, num_devices: null, segment: 50, keep_checkpoints: 3, exchange: fitness}
 
-Only ``task.name`` and ``strategy.popsize`` are required; ``resolve`` fills in
-every default so the resolved config written to a run directory says
-everything. The ``strategy`` section is derived from the strategy's own
+Only ``task.name`` is required; ``resolve`` fills in every default so the
+resolved config written to a run directory says everything. A strategy
+section without ``popsize`` starts from the task's tuned defaults
+(``tasks.default_settings``; ``task_strategy``). The ``strategy`` section is derived from the strategy's own
 dataclass (``strategy.name`` is a key of ``es.STRATEGIES``, default OpenES):
 its keys are the constructor's arguments, their defaults the dataclass
 defaults, their types the annotations. The ``run`` section's execution keys
@@ -317,6 +318,8 @@ def resolve(raw: dict) -> dict:
             given = {}
         if not isinstance(given, dict):
             raise ConfigError(f"config section {section!r} must be a mapping, got {given!r}.")
+        if section == "strategy" and "popsize" not in given:  # the task's defaults, under the keys given
+            given = {**task_strategy(config["task"], given.get("name")), **given}
         fields = section_fields(section, given)
         for key in given:
             _check_known(section, key, values=given)
@@ -331,6 +334,24 @@ def resolve(raw: dict) -> dict:
                 value = copy.deepcopy(field.default)
             config[section][key] = _check_value(where, field, value)
     return config
+
+
+def task_strategy(task: dict, name: str | None = None) -> dict:
+    """The strategy section a config without ``strategy.popsize`` starts from: ``tasks.default_settings`` of the
+    resolved ``task`` section's task (its recommended strategy, or strategy ``name``'s defaults for it)."""
+    import tasks
+
+    if name is not None and name not in _strategy_names():
+        return {"name": name}  # section_fields names the choices
+    return tasks.default_settings(make_task(task), name)
+
+
+def with_overrides(raw: dict, overrides: list[str]) -> dict:
+    """The resolved config of ``raw`` with ``--set`` ``overrides`` applied. The task's overrides first, so that a
+    strategy section without ``popsize`` takes the defaults of the task they name; then all of them on that
+    resolved config (so ``strategy.optimizer.learning_rate=...`` sets a key of the resolved default)."""
+    task_first = [override for override in overrides if override.split("=", 1)[0].strip().split(".")[0] == "task"]
+    return resolve(apply_overrides(resolve(apply_overrides(raw, task_first)), overrides))
 
 
 def _type_name(value) -> str:
@@ -596,14 +617,9 @@ def build(config: dict, inject_hyperparams: bool = False) -> Experiment:
     optimizer state, where the runs of a sweep may differ in them.
     """
     import es
-    import tasks
 
-    task_config, strategy_config = config["task"], config["strategy"]
+    task, strategy_config = make_task(config["task"]), config["strategy"]
     generations = config["run"]["generations"]
-    try:
-        task = tasks.make(task_config["name"], **task_config["options"])
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"task.options: {error}") from None
     name = strategy_config["name"]
     try:  # before anything is built that has the population's size
         es.validation.check_popsize(f"es.{name}", strategy_config["popsize"])
@@ -628,6 +644,16 @@ def build(config: dict, inject_hyperparams: bool = False) -> Experiment:
         raise ConfigError(f"strategy: {error}") from None
     _check_run(config["run"])
     return Experiment(task, strategy)
+
+
+def make_task(task: dict):
+    """``tasks.make(name, **options)`` of a resolved ``task`` section; raises ``ConfigError``."""
+    import tasks
+
+    try:
+        return tasks.make(task["name"], **task["options"])
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"task.options: {error}") from None
 
 
 def _build_optimizer(where: str, value: dict, generations: int, inject_hyperparams: bool):

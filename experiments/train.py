@@ -117,8 +117,7 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
         config = config_lib.resolve(config_lib.apply_overrides(base, args.overrides))
         _check_same_identity(run_dir, stored, config)
         return run_dir, config, True
-    config = config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(config_lib.load(args.config)),
-                                                            args.overrides))
+    config = config_lib.with_overrides(config_lib.load(args.config), args.overrides)
     return new_run_dir(args), config, False
 
 
@@ -185,8 +184,7 @@ def prepare_sweep(args: argparse.Namespace) -> tuple[pathlib.Path, dict, list[in
         runs = grid.grid(base, seeds, axes)
         _check_same_identity(sweep_dir, grid.grid(stored, seeds, axes)[0].config, runs[0].config)
         return sweep_dir, base, seeds, axes, runs, True
-    base = config_lib.resolve(config_lib.apply_overrides(config_lib.resolve(config_lib.load(args.config)),
-                                                          args.overrides))
+    base = config_lib.with_overrides(config_lib.load(args.config), args.overrides)
     seeds = grid.parse_seeds(args.seeds) if args.seeds is not None else [base["run"]["seed"]]
     axes = grid.parse_sweep(args.sweeps)
     return new_run_dir(args), base, seeds, axes, grid.grid(base, seeds, axes), False

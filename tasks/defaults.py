@@ -58,12 +58,13 @@ FRACTION = "_fraction"
 
 
 def _arguments(spec: dict, width: float) -> dict:
-    """Constructor arguments from a spec: ``x_fraction`` becomes ``x = x_fraction * width``, optimizers built."""
+    """A spec's arguments as numbers: ``x_fraction`` becomes ``x = x_fraction * width``, in an optimizer's
+    ``{"name": ..., **arguments}`` too."""
     arguments = {}
     for key, value in spec.items():
         if isinstance(value, dict):
-            optimizer = _arguments({k: v for k, v in value.items() if k != "name"}, width)
-            arguments[key] = optimizers.make(value["name"], **optimizer)
+            rest = {k: v for k, v in value.items() if k != "name"}
+            arguments[key] = {"name": value["name"], **_arguments(rest, width)}
         elif key.endswith(FRACTION):
             arguments[key.removesuffix(FRACTION)] = value * width
         else:
@@ -148,11 +149,23 @@ def default_strategy(task, name: str | None = None) -> es.Strategy:
     Raises:
       ValueError: ``name`` is not a strategy's name.
     """
+    settings = default_settings(task, name)
+    arguments = {key: optimizers.make(**value) if isinstance(value, dict) else value
+                 for key, value in settings.items() if key != "name"}
+    return es.STRATEGIES[settings["name"]](**arguments)
+
+
+def default_settings(task, name: str | None = None) -> dict:
+    """``default_strategy(task, name)`` as a config's strategy section: ``{"name": ..., "popsize": ..., ...}``,
+    its optimizer as ``{"name": ..., **arguments}`` (``es.optimizers.make``), every value a number or a name.
+    What ``python -m experiments.train`` starts from when a config gives no ``strategy.popsize``."""
     if name is None:
         name = recommended(task)
     validation.check_choice("tasks.default_strategy", "name", name, list(ENV_DEFAULTS))
     if isinstance(task, GymTask) and name == "ARS":
-        return es.ARS(**GYM_STRATEGY.get(task.env_id.split("-v")[0], GYM_STRATEGY_FALLBACK))
-    if isinstance(task, (EnvTask, GymTask)):  # other strategies on gymnasium: the environment defaults
-        return es.STRATEGIES[name](**_arguments(ENV_DEFAULTS[name], 1.0))
-    return es.STRATEGIES[name](**_arguments(FUNCTION_DEFAULTS[name], float(task.upper - task.lower)))
+        spec, width = GYM_STRATEGY.get(task.env_id.split("-v")[0], GYM_STRATEGY_FALLBACK), 1.0
+    elif isinstance(task, (EnvTask, GymTask)):  # other strategies on gymnasium: the environment defaults
+        spec, width = ENV_DEFAULTS[name], 1.0
+    else:
+        spec, width = FUNCTION_DEFAULTS[name], float(task.upper - task.lower)
+    return {"name": name, **_arguments(spec, width)}

@@ -1,5 +1,6 @@
 """Experiment configs: defaults, --set overrides with YAML values, and errors that name the key and the choices."""
 
+import dataclasses
 import pathlib
 import subprocess
 import sys
@@ -82,6 +83,28 @@ def test_schedules_map_to_optax_and_reach_optimizer_arguments():
         want, state_expected = expected.update(gradient, states[1], params)
         np.testing.assert_allclose(got, want, rtol=1e-6)
         states = (state, state_expected)  # a dropped schedule (a constant 0.1) differs from step 1 on
+
+
+@pytest.mark.parametrize("task", ["sphere", "CartPole-v1", "Breakout-MinAtar", "gymnasium:Hopper-v5"])
+def test_a_strategy_section_without_popsize_is_the_task_s_default_strategy(task):
+    """Without ``strategy.popsize`` the section starts from ``tasks.default_settings``: the task's recommended
+    strategy (ARS on gymnasium, SNES on MinAtar), or the named strategy's default for it; the keys given win. The
+    resolved section is numbers and names (a run's config.yaml) and builds ``tasks.default_strategy``'s strategy."""
+    import tasks
+
+    for section in ({}, {"name": "SNES"}, {"name": "PGPE", "sigma": 0.2}):
+        config = config_lib.resolve({"task": {"name": task}, "strategy": section})
+        assert config_lib.resolve(config_lib.parse_yaml(config_lib.dump(config), "config.yaml")) == config
+        built = config_lib.build(config)
+        expected = tasks.default_strategy(built.task, section.get("name"))
+        assert built.strategy == (dataclasses.replace(expected, sigma=0.2) if "sigma" in section else expected)
+
+
+def test_task_overrides_come_first_so_the_default_strategy_is_the_new_task_s():
+    config = config_lib.with_overrides({"task": {"name": "CartPole-v1"}}, ["strategy.sigma=0.7", "task.name=sphere"])
+    assert config["task"]["name"] == "sphere"
+    # the sphere's OpenES (popsize 64), not CartPole's (256); the strategy's override kept
+    assert (config["strategy"]["popsize"], config["strategy"]["sigma"]) == (64, 0.7)
 
 
 @pytest.mark.parametrize(
@@ -193,7 +216,7 @@ def test_the_strategy_section_is_derived_from_each_strategy_s_fields():
         (["strategy={name: ARS, popsize: 8, top_k: 9}"], ["strategy: ARS(top_k=9, popsize=8)", "top_k <= 4"]),
         (["strategy={name: SNES, popsize: 8, sigma_learning_rate: fast}"], ["strategy.sigma_learning_rate",
                                                                             "must be a number"]),
-        (["strategy={name: SepCMAES}"], ["strategy.popsize is required"]),
+        (["strategy={name: SepCMAES, popsize: null}"], ["strategy.popsize must be an int", "got None (null)"]),
         # Only the name switched: the resolved OpenES section's optimizer and shaping stay, which SepCMAES lacks.
         (["strategy.name=SepCMAES"], ["--set strategy.name=SepCMAES", "OpenES's keys ['optimizer'",
                                       "replacing the whole section", "--set 'strategy={name: SepCMAES, popsize: "]),

@@ -418,18 +418,19 @@ def test_a_read_only_run_directory_exits_74_and_is_left_as_it_was(config_path, s
 @pytest.mark.parametrize("family", ["Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid"])
 def test_every_tuned_gymnasium_env_trains_from_the_cli_on_two_devices(family, tmp_path, capsys):
     """The CLI's entry point (experiments.train.main, in this process: 8 emulated devices, run.num_devices 2,
-    as a 2-core machine makes every core a device) with the tuned ARS defaults (tasks.defaults.GYM_STRATEGY;
-    Ant with its common random numbers), 2 generations of 10-step episodes."""
+    as a 2-core machine makes every core a device) with the tuned ARS defaults, which a config without a strategy
+    section gets (tasks.defaults.GYM_STRATEGY; Ant with its common random numbers), 2 generations of 10-step
+    episodes."""
+    import es
     from experiments import config as config_lib
     from experiments import train
     from tasks.defaults import GYM_STRATEGY
 
-    strategy = ", ".join(f"{key}: {value}" for key, value in GYM_STRATEGY[family].items())
     config = tmp_path / f"{family}.yaml"
     config.write_text(f'task: {{name: "gymnasium:{family}-v5", options: {{max_steps: 10}}}}\n'
-                      f"strategy: {{name: ARS, {strategy}}}\n"
                       "run: {generations: 2, seed: 0, segment: 1, num_devices: 2}\n")
     built = config_lib.build(config_lib.resolve(config_lib.load(config)))
+    assert built.strategy == es.ARS(**GYM_STRATEGY[family])
     assert built.task.common_random_numbers == ("generation" if family == "Ant" else None)
     code = train.main([str(config), "--run-dir", str(tmp_path / "run"), "--no-progress"])
     output = capsys.readouterr().out
