@@ -148,7 +148,7 @@ def _first_at(result: dict, value: float) -> str:
 
 def plot_curves(env_id: str, results: list[dict]) -> str:
     """docs/img/gymnasium-<env>.png: each seed's curve checks against generations and env steps; its file name."""
-    from experiments.reproduce import plot
+    from experiments.results_report import plot
 
     runs = [{"seed": r["seed"], "strategy": r["strategy"]["name"],
              "curve": [{"generation": p["generation"], "env_steps": p["env_steps"], "return": p["curve_return"]}

@@ -6,7 +6,7 @@ import chex
 import numpy as np
 import pytest
 
-from experiments import reproduce, train
+from experiments import reproduce, results_report, train
 
 # What train accepts and an older reproduce did not: a noise table, a schedule by its config name, 3e-2 without a dot.
 CONFIG = """
@@ -118,7 +118,7 @@ def test_comparison_table_bolds_the_best_strategy_and_falls_back_to_the_config_r
     strategy_runs = {"Pendulum-v1": [run("Pendulum-v1", "SNES", -150.0), run("Pendulum-v1", "SNES", -170.0),
                                      run("Pendulum-v1", "PGPE", -140.0)]}
     runs = {"Pendulum-v1": [run("Pendulum-v1", "OpenES", -147.0)]}
-    row = reproduce.comparison_table(strategy_runs, runs).splitlines()[-1]
+    row = results_report.comparison_table(strategy_runs, runs).splitlines()[-1]
     assert row.startswith("| `Pendulum-v1` | -147.0 ± 0.0 | -160.0 ± 10.0 | **-140.0 ± 0.0** |")
     assert row.endswith("| PGPE (seeds: 1) |")
 
@@ -126,7 +126,7 @@ def test_comparison_table_bolds_the_best_strategy_and_falls_back_to_the_config_r
 def test_comparison_table_names_every_strategy_tied_with_the_best():
     runs = {"CartPole-v1": [{"env": "CartPole-v1", "final_return_mean": 500.0, "config": {"strategy": {"name": n}}}
                             for n in ("OpenES", "SNES", "ARS")]}
-    row = reproduce.comparison_table(runs, {}).splitlines()[-1]
+    row = results_report.comparison_table(runs, {}).splitlines()[-1]
     assert row.count("**500.0 ± 0.0**") == 3 and row.endswith("| OpenES, SNES, ARS (seeds: 1) |")
 
 
@@ -134,6 +134,6 @@ def test_the_report_keeps_the_gymnasium_section_another_script_writes(tmp_path):
     from experiments.gymnasium_results import BEGIN, END
 
     page = tmp_path / "results.md"
-    assert reproduce.with_kept_sections("# new report\n", page) == "# new report\n"  # no page yet
+    assert results_report.with_kept_sections("# new report\n", page) == "# new report\n"  # no page yet
     page.write_text(f"# old report\n\n{BEGIN}\nHopper: 3,297\n{END}\n\nold notes\n")
-    assert reproduce.with_kept_sections("# new report\n", page) == f"# new report\n\n{BEGIN}\nHopper: 3,297\n{END}\n"
+    assert results_report.with_kept_sections("# new report\n", page) == f"# new report\n\n{BEGIN}\nHopper: 3,297\n{END}\n"
