@@ -66,17 +66,18 @@ def comparison_table(strategy_runs: dict[str, list[dict]], runs: dict[str, list[
 
     ``strategy_runs`` are ``--strategy`` runs (``experiments/results/strategies/``): each strategy at
     its own defaults with the env config's popsize, episodes and generations. A strategy without such
-    runs shows the config's own runs (``runs``) when the config uses it. Strategies tied with the best
-    at the table's precision are all in bold and all named in the "best" column.
+    runs shows the config's own runs (``runs``) when the config uses it; a strategy with runs on no env has
+    no column. Strategies tied with the best at the table's precision are all in bold and all named in the
+    "best" column.
     """
     from experiments.bench.common import markdown_table
 
     import es
 
-    names = list(es.STRATEGIES)
+    envs = {env: _by_strategy(env, strategy_runs, runs) for env in sorted(strategy_runs, key=_env_order)}
+    names = [name for name in es.STRATEGIES if any(name in by_strategy for by_strategy in envs.values())]
     rows = []
-    for env in sorted(strategy_runs, key=_env_order):
-        by_strategy = _by_strategy(env, strategy_runs, runs)
+    for env, by_strategy in envs.items():
         best = _best(by_strategy)
         cells = []
         for name in names:
