@@ -105,6 +105,15 @@ def test_a_jax_function_runs_compiled_and_stops_by_itself():
     np.testing.assert_allclose(result.x, np.ones(5), atol=1e-5)
 
 
+def test_a_jax_function_on_one_device_builds_its_evaluation_and_generation_programs_and_nothing_else():
+    """Popsize 11 (11 params) has no divisor among this session's 8 devices: the members are evaluated on one,
+    put there by a transfer, where an eager ``jnp.asarray`` compiled a program per popsize."""
+    with programs_built() as built:
+        result = es.minimize(lambda x: jnp.sum(x**2), np.ones(11), 0.5, max_evals=33)
+    assert result.nfev == 33 and result.restarts[0].popsize == 11
+    assert sorted(built) == ["jit(_tell_ask_compiled)", "jit(_vmapped)"], built
+
+
 @pytest.mark.slow
 def test_the_budget_is_never_exceeded():
     result = es.minimize(shifted_sphere, np.zeros(4), 0.5, max_evals=101, restarts="ipop")

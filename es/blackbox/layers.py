@@ -97,7 +97,7 @@ def _batched(fun: Callable, points: PyTree) -> jax.Array:
     devices = jax.local_devices()
     used = max(n for n in range(1, len(devices) + 1) if count % n == 0)
     if used == 1:
-        return _vmapped(fun, jax.tree.map(jnp.asarray, points))
+        return _vmapped(fun, jax.device_put(points))  # a transfer (jnp.asarray would compile a program per shape)
     sharding = NamedSharding(jax.sharding.Mesh(devices[:used], (POPULATION_AXIS,)), P(POPULATION_AXIS))
     return _vmapped(fun, jax.device_put(points, sharding))
 
