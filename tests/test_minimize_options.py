@@ -348,6 +348,16 @@ def test_without_a_feasible_point_the_result_says_so_and_gives_the_least_violati
     assert result.violation == pytest.approx(result.x[0] ** 2 + 1.0) and result.violation >= 1.0
 
 
+def test_a_constraint_undefined_everywhere_gives_an_evaluated_point_with_its_value_and_an_infinite_violation():
+    """g NaN at every point: nothing is feasible, and every violation is infinite; the result is the evaluated
+    point of the lowest f among them (not x0 with a NaN value)."""
+    recorder = Recorder()
+    result = es.minimize(recorder, np.ones(DIM), 0.5, max_evals=40, constraints=lambda x: np.array([np.nan]))
+    assert not result.feasible and not result.success and result.violation == np.inf
+    assert result.fun == min(recorder.values) and np.isfinite(result.fun)
+    assert any(np.array_equal(result.x, point) for point in recorder.points)
+
+
 def test_a_constraint_undefined_on_part_of_the_space_leaves_those_members_out():
     """g = log(x_1) <= 0 is NaN where x_1 < 0: those members are invalid (as a NaN f is), before and after the
     Lagrangian starts, and its spreads leave them out; the run reaches the constrained optimum x_1 = 1."""

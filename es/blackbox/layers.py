@@ -248,7 +248,7 @@ class Layers:
         if violation == 0.0:
             if value < owner.best:
                 owner.best, owner.best_x = float(value), self.flat.tree(np.array(point))
-        elif violation < self.least[0]:
+        elif self.least[1] is None or (violation, value) < (self.least[0], self.least[2]):  # ties: the lower f
             self.least = (violation, np.array(point), float(value))
 
     # ------------------------------------------------------------------ after the evaluations

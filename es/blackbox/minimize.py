@@ -89,7 +89,8 @@ class MinimizeResult(NamedTuple):
       violation: the largest constraint violation at ``x``, ``max(0, max_i g_i(x))`` (0.0 when feasible).
       ngev: evaluations of the constraints.
 
-    With ``constraints``, ``x`` is the best feasible point found (none: the least violating one); with
+    With ``constraints``, ``x`` is the best feasible point found (none: the least violating one, ties broken
+    by ``f``; a ``g`` NaN everywhere violates infinitely); with
     ``noisy``, the point with the best mean over repeated evaluations and ``fun`` that mean
     (``es.blackbox.uncertainty``).
     """
