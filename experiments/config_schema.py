@@ -215,6 +215,7 @@ def schedule_names() -> list[str]:
 
 
 def suggest(word: str, choices) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to ``word``, or ``""``."""
     from es import validation
 
     return validation.did_you_mean(word, choices)

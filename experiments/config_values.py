@@ -17,6 +17,9 @@ def _type_name(value) -> str:
 
 
 def check_value(where: str, field: Field, value: Any) -> Any:
+    """``value`` of key ``where`` checked against ``field``'s kind (a schedule's, an optimizer's or a noise
+    source's arguments too) and normalised (an int as ``int``, a noise name as its mapping); else a
+    ``ConfigError`` naming ``where``."""
     kind = field.kind
     if kind in ("int", "optional_int"):
         if value is None and kind == "optional_int":
