@@ -50,12 +50,13 @@ def load_config(path, generations: int | None = None, strategy: str | None = Non
 
     ``overrides`` are ``--set KEY=VALUE`` values, as train takes them; ``generations`` overrides
     ``run.generations``; ``strategy`` replaces the strategy section by that strategy at its own defaults
-    with the config's popsize (``--set 'strategy={name: SNES, popsize: P}'``). Raises ``ConfigError``.
+    with the config's popsize, ``overrides`` applied (``--set 'strategy={name: SNES, popsize: P}'``). Raises
+    ``ConfigError``.
     """
     from experiments import config as config_lib
 
-    config = config_lib.resolve(config_lib.load(path))
-    overrides = list(overrides) + ([] if generations is None else [f"run.generations={generations}"])
+    config = config_lib.with_overrides(config_lib.load(path), list(overrides))
+    overrides = [] if generations is None else [f"run.generations={generations}"]
     if strategy is not None:
         overrides.append(f"strategy={{name: {strategy}, popsize: {config['strategy']['popsize']}}}")
     if overrides:

@@ -113,8 +113,7 @@ def prepare(args: argparse.Namespace) -> tuple[pathlib.Path, dict, bool]:
             stored = config_lib.resolve(_config_from_checkpoint(run_dir))
         else:
             raise config_lib.ConfigError(f"--resume {run_dir}: no such run directory.")
-        base = config_lib.resolve(config_lib.load(args.config)) if args.config else stored
-        config = config_lib.resolve(config_lib.apply_overrides(base, args.overrides))
+        config = config_lib.with_overrides(config_lib.load(args.config) if args.config else stored, args.overrides)
         _check_same_identity(run_dir, stored, config)
         return run_dir, config, True
     config = config_lib.with_overrides(config_lib.load(args.config), args.overrides)
@@ -179,8 +178,7 @@ def prepare_sweep(args: argparse.Namespace) -> tuple[pathlib.Path, dict, list[in
         sweep_dir = pathlib.Path(args.resume)
         stored, seeds, axes, _ = grid.read_manifest(sweep_dir)
         stored = config_lib.resolve(stored)
-        base = config_lib.resolve(config_lib.load(args.config)) if args.config else stored
-        base = config_lib.resolve(config_lib.apply_overrides(base, args.overrides))
+        base = config_lib.with_overrides(config_lib.load(args.config) if args.config else stored, args.overrides)
         runs = grid.grid(base, seeds, axes)
         _check_same_identity(sweep_dir, grid.grid(stored, seeds, axes)[0].config, runs[0].config)
         return sweep_dir, base, seeds, axes, runs, True

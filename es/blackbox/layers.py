@@ -90,6 +90,11 @@ def _vmapped(fun: Callable, points: PyTree) -> jax.Array:
     return jax.vmap(fun)(points)
 
 
+def _violating_rank(violation: float, value: float) -> tuple[float, float]:
+    """How an infeasible point ranks: the smaller violation, then the lower ``f`` (a NaN ``f`` last)."""
+    return violation, math.inf if math.isnan(value) else value
+
+
 def _batched(fun: Callable, points: PyTree) -> jax.Array:
     """``fun`` on every row of ``points`` (numpy, a leading member axis), one jitted ``jax.vmap``, the members
     sharded over the most local devices that divide their number (no collective: each device its rows)."""
@@ -248,7 +253,7 @@ class Layers:
         if violation == 0.0:
             if value < owner.best:
                 owner.best, owner.best_x = float(value), self.flat.tree(np.array(point))
-        elif self.least[1] is None or (violation, value) < (self.least[0], self.least[2]):  # ties: the lower f
+        elif self.least[1] is None or _violating_rank(violation, value) < _violating_rank(self.least[0], self.least[2]):
             self.least = (violation, np.array(point), float(value))
 
     # ------------------------------------------------------------------ after the evaluations
