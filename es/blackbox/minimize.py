@@ -41,6 +41,7 @@ from es import compilation_cache, validation
 from es.blackbox import bounds as bounds_layer
 from es.blackbox import integers, layers, objective
 from es.blackbox.objective import float64
+from es.blackbox.options import Options, check_strategy, checked
 from es.blackbox.restarts import RESTARTS, RunSettings, Schedule, program_popsizes
 from es.engine import loop, stopping
 from es.noise import threefry
@@ -169,8 +170,8 @@ def minimize(
     ``~/.cache/es/jax``; ``ES_COMPILATION_CACHE=off`` leaves it off).
     """
     kind, template, x0 = _checked(fun, x0, sigma0, strategy, max_evals, target, restarts, seed)
-    options = layers.checked(x0, bounds, constraints, integer_variables, noisy)
-    layers.check_strategy(options, template)
+    options = checked(x0, bounds, constraints, integer_variables, noisy)
+    check_strategy(options, template)
     if options is not None and options.box is not None and not isinstance(template, (CMAES, SepCMAES)):
         bounds_layer.warn_if_wider(options.box, float(sigma0))
     if strategy is None and options is not None and options.integers is not None:
@@ -182,7 +183,7 @@ def minimize(
     with float64():
         x0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x0)
         run = _Minimization(fun, kind, template, x0, max_evals, target, seed, restarts)
-        run.layers = layers.Layers(options or layers.Options(), fun, kind, x0, seed)
+        run.layers = layers.Layers(options or Options(), fun, kind, x0, seed)
         return run.run_all(schedule)
 
 
