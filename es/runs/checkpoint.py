@@ -32,6 +32,7 @@ import logging
 import os
 import pathlib
 import shutil
+import time
 from typing import Any, NamedTuple
 
 import jax
@@ -67,6 +68,12 @@ _RECORD_CHECKSUM = "record_sha256"
 # What orbax writes into every checkpoint before renaming it into place: our two items, its step
 # metadata and its commit marker.
 _COMMITTED_CHECKPOINT_ENTRIES = ("arrays", "meta", "_CHECKPOINT_METADATA", "commit_success.txt")
+
+
+SETTLE_S = 0.25
+"""After a failed write, how long no temporary directory of orbax's may appear before the run directory counts as
+clean: orbax stops waiting at the first failed array, and tensorstore's writes of the others may still create
+the checkpoint's temporary directories a few milliseconds later (seen on a loaded 2-core machine)."""
 
 
 class CheckpointError(ValueError):
@@ -363,11 +370,21 @@ class Checkpointer:
         return storage.write_error(where, error)
 
     @staticmethod
-    def remove_partial_writes(directory: pathlib.Path) -> None:
-        """Remove what orbax left of checkpoints it did not finish writing (its temporary directories)."""
-        if directory.is_dir():
-            for partial in directory.glob(f"*{compat.orbax_tmp_suffix()}*"):  # what orbax appends while writing
+    def remove_partial_writes(*directories: pathlib.Path, settle_s: float = 0.0) -> None:
+        """Remove what orbax left of checkpoints it did not finish writing (its temporary directories) in each of
+        ``directories``; with ``settle_s``, again until none has appeared for that long (``SETTLE_S``: after a
+        failed write), for at most ``4 * settle_s``."""
+        start = quiet_since = time.monotonic()
+        while True:
+            partials = [partial for directory in directories if directory.is_dir()
+                        for partial in directory.glob(f"*{compat.orbax_tmp_suffix()}*")]  # orbax's while writing
+            for partial in partials:
                 shutil.rmtree(partial, ignore_errors=True)
+            now = time.monotonic()
+            quiet_since = now if partials else quiet_since
+            if now - quiet_since >= settle_s or now - start >= 4 * settle_s:
+                return
+            time.sleep(0.01)
 
     @staticmethod
     def generations_on_disk_of(directory: pathlib.Path) -> list[int]:

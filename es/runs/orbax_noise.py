@@ -36,13 +36,15 @@ def drop_closed_event_loop_noise() -> None:
 
 
 def drop_unretrieved_read_errors(record) -> bool:
-    """A logging filter for asyncio's logger: drops "Task exception was never retrieved" where the exception is
-    tensorstore's failure to open a checkpoint's arrays (``Error opening "..." driver``). Reading a corrupt
-    checkpoint, orbax starts a read per leaf and stops at the first failure, which es reports as one warning
-    (or a clear error); the other reads fail the same way, and asyncio logged each with a traceback whenever
-    the garbage collector came to its task. Every other record passes."""
+    """A logging filter for asyncio's logger: drops "Task exception was never retrieved" (or "Future ...") where
+    the exception is tensorstore's failure to open a checkpoint's arrays (``Error opening "..." driver``).
+    Reading a corrupt checkpoint, orbax starts a read per leaf and stops at the first failure, which es reports
+    as one warning (or a clear error); the other reads fail the same way, and asyncio logged each with a
+    traceback whenever the garbage collector came to its task. Writing to a full disk, the arrays' writes fail
+    so too after the first failure, which es reports as a ``RunDirError``. Every other record passes."""
     error = record.exc_info[1] if record.exc_info else None
-    return not (str(record.msg).startswith("Task exception was never retrieved") and isinstance(error, ValueError)
+    return not (str(record.msg).startswith(("Task exception was never retrieved", "Future exception was never "
+                                            "retrieved")) and isinstance(error, ValueError)
                 and 'Error opening "' in str(error))
 
 

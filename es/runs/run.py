@@ -48,7 +48,7 @@ from es.engine import check_evolve_args, check_evolve_many_args, evolve_checked,
 from es.engine.evolution import Generations
 from es.fitness import adapter
 from es.parallel import distributed
-from es.runs.checkpoint import Checkpointer
+from es.runs.checkpoint import SETTLE_S, Checkpointer
 from es.runs.options import RunOptions, check_config, check_per_run, check_run_dir
 from es.runs.resume import open_runs
 from es.runs.storage import RunDirError
@@ -295,18 +295,19 @@ def _left_consistent(runs: list[RunDir], error: RunDirError) -> RunDirError:
     """After a failed write: every run directory back at its newest complete checkpoint; the error, saying so.
 
     The checkpoints still being written are waited for (one that fails too is removed, as the failed one
-    was), and each log is cut back to the newest complete checkpoint (cutting needs no space).
+    was), orbax's temporary directories removed until none has appeared for ``checkpoint.SETTLE_S``, and each
+    log is cut back to the newest complete checkpoint (cutting needs no space).
     """
-    reached = []
-    for each in runs:
-        if each.checkpointer is None:
-            continue
+    written = [each for each in runs if each.checkpointer is not None]
+    for each in written:
         try:
             each.checkpointer.close()
         except RunDirError:  # the same cause, most likely; the first error is the one reported
             pass
         each.checkpointer = None
-        Checkpointer.remove_partial_writes(each.run_dir / CHECKPOINTS_NAME)
+    Checkpointer.remove_partial_writes(*(each.run_dir / CHECKPOINTS_NAME for each in written), settle_s=SETTLE_S)
+    reached = []
+    for each in written:
         complete = Checkpointer.generations_on_disk_of(each.run_dir / CHECKPOINTS_NAME)
         newest = complete[-1] if complete else 0
         reached.append(newest)
