@@ -149,6 +149,10 @@ class Checkpointer:
             create=False,
             read_only=not writer,
             cleanup_tmp_directories=writer,
+            # The checkpoint's directories made in save() itself: a full disk fails it there. Made asynchronously,
+            # a failed creation left orbax's item-writing threads (not daemons) waiting for its signal for
+            # orbax's timeout (20 minutes), and the process could not exit until then.
+            async_options=ocp.options.AsyncOptions(create_directories_asynchronously=False),
             # Only this process takes part: the arrays are host copies of replicated state,
             # so no other process has anything to write or to wait for.
             multiprocessing_options=ocp.options.MultiprocessingOptions(
