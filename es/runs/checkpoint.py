@@ -41,6 +41,7 @@ import numpy as np
 
 from es import compat
 from es.runs import orbax_noise, storage
+from es.runs.differences import describe_difference, signature_difference
 from es.runs.host_arrays import KEY_DTYPE_PREFIX, digest, host_leaves, signature, state_digest, to_numpy
 from es.runs.params_file import load_params, save_params
 from es.strategies.base import State
@@ -283,7 +284,7 @@ class Checkpointer:
         if stored != expected:
             raise CheckpointError(
                 f"checkpoint {path} holds a state of another structure than this run's: "
-                f"{_describe_signature_difference(stored, expected)}. It was made for other params, "
+                f"{signature_difference(stored, expected)}. It was made for other params, "
                 "another strategy or popsize, or another optimizer; resume it with the same task, params and "
                 "strategy, or start a new run."
             )
@@ -424,47 +425,3 @@ def _from_host(entry: dict, array: np.ndarray) -> jax.Array:
     if dtype.startswith(KEY_DTYPE_PREFIX):
         return jax.random.wrap_key_data(jnp.asarray(array), impl=dtype[len(KEY_DTYPE_PREFIX):-1])
     return jnp.asarray(array)
-
-
-def _describe_signature_difference(stored: list[dict], expected: list[dict]) -> str:
-    def fmt(entry):
-        return f"{entry['dtype']}{entry['shape']}"
-
-    stored_by_path = {e["path"]: e for e in stored}
-    expected_by_path = {e["path"]: e for e in expected}
-    parts = []
-    for path in stored_by_path.keys() - expected_by_path.keys():
-        parts.append(f"the checkpoint has {path} ({fmt(stored_by_path[path])}) which this run lacks")
-    for path in expected_by_path.keys() - stored_by_path.keys():
-        parts.append(f"this run has {path} ({fmt(expected_by_path[path])}) which the checkpoint lacks")
-    for path in stored_by_path.keys() & expected_by_path.keys():
-        if stored_by_path[path] != expected_by_path[path]:
-            parts.append(
-                f"{path} is {fmt(stored_by_path[path])} in the checkpoint but {fmt(expected_by_path[path])} here"
-            )
-    if not parts:
-        parts.append("the same leaves in another order")
-    parts.sort()
-    more = f" (and {len(parts) - 3} more)" if len(parts) > 3 else ""
-    return "; ".join(parts[:3]) + more
-
-
-def describe_difference(old: Any, new: Any, old_name: str = "checkpoint", new_name: str = "this run") -> str:
-    """Every dotted key where the JSON-like configs ``old`` and ``new`` differ."""
-    differences = []
-
-    def walk(a, b, path):
-        if isinstance(a, dict) and isinstance(b, dict):
-            for key in sorted(set(a) | set(b), key=str):
-                where = f"{path}.{key}" if path else str(key)
-                if key not in a:
-                    differences.append(f"{where} is only in {new_name} ({b[key]!r})")
-                elif key not in b:
-                    differences.append(f"{where} is only in {old_name} ({a[key]!r})")
-                else:
-                    walk(a[key], b[key], where)
-        elif a != b:
-            differences.append(f"{path or 'config'}: {old_name} has {a!r}, {new_name} has {b!r}")
-
-    walk(old, new, "")
-    return "; ".join(differences) or "no difference"
