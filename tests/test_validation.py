@@ -246,3 +246,27 @@ def test_a_jax_fitness_that_fails_when_traced_gets_an_es_error_naming_its_line_a
                 f"test_validation.py:{line} (branching)", "float32[3]", "jnp.where", "es.HostFitness") as info:
         es.evolve(strategy, branching, state, 1)
     assert info.value.__cause__ is None and info.value.__suppress_context__  # no JAX traceback chained
+
+
+def test_evolve_checks_a_signature_once_and_still_refuses_another(state, monkeypatch):
+    """The checks that trace (strategy.init, the fitness) run once per strategy, fitness, state signature and
+    settings: a second call with the same takes the remembered result, and a state that another strategy made
+    is still refused with the message naming the difference."""
+    from es.engine import execution
+    from es.fitness import adapter
+
+    strategy = es.OpenES(popsize=8, sigma=0.1)
+    first = execution.check_evolve_args(strategy, adapter(sphere), state, 1, None)
+
+    def checked_again(*args):
+        raise AssertionError("the checks ran again for a signature that passed them")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(execution, "check_state", checked_again)
+        assert execution.check_evolve_args(strategy, adapter(sphere), state, 1, None) == first
+    sgd = es.OpenES(popsize=8, sigma=0.1, optimizer=optax.sgd(0.01, momentum=0.9))
+    with raises(ValueError, "opt_state", "different strategy", "strategy.init"):
+        execution.check_evolve_args(sgd, adapter(sphere), state, 1, None)
+    with raises(ValueError, "opt_state"):
+        execution.check_evolve_args(strategy, adapter(sphere), state._replace(params=jnp.ones(5),
+                                                                              best_params=jnp.ones(5)), 1, None)

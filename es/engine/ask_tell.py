@@ -41,7 +41,7 @@ from jax.sharding import PartitionSpec as P
 from es import validation
 from es.engine import stopping
 from es.engine.evolution import run_generations
-from es.engine.execution import check_noise, check_state, resolve_execution
+from es.engine.execution import check_noise, check_state, remember, resolve_execution, signature
 from es.engine.generation import evaluates_pairs, this_generation
 from es.fitness import GivenFitness, from_host
 from es.fitness.contract import fitness_dtype
@@ -245,7 +245,7 @@ class _Checked:
         except KeyError:
             made = make()
             if self.cached:
-                _remember(self.programs, key, made)
+                remember(self.programs, key, made)
             return made
 
 
@@ -258,7 +258,7 @@ def _checked(strategy: Strategy, state: State, name: str) -> _Checked:
     if not isinstance(state, State):
         raise TypeError(f"es.{name}: state must be an es.State from strategy.init(key, params), got "
                         f"{type(state).__name__}.")
-    key = _signature(strategy, state)
+    key = signature(strategy, state)
     try:
         return _CHECKED[key]
     except KeyError:
@@ -270,27 +270,11 @@ def _checked(strategy: Strategy, state: State, name: str) -> _Checked:
     check_noise(strategy, state, layout)
     checked = _Checked(layout, cached=key is not None)
     if key is not None:
-        _remember(_CHECKED, key, checked)
+        remember(_CHECKED, key, checked)
     return checked
 
 
 _CHECKED: dict = {}  # (strategy, state signature) -> _Checked
-
-
-def _signature(strategy: Strategy, state: State) -> tuple:
-    """``(strategy, the state's tree structure, each leaf's shape, dtype and weak type)``: what the programs
-    compiled ahead of time for the pair require of their arguments."""
-    leaves, treedef = jax.tree.flatten(state)
-    shapes = tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x)), getattr(x, "weak_type", False))
-                   for x in leaves)
-    return strategy, treedef, shapes
-
-
-def _remember(cache: dict, key, value) -> None:
-    """``cache[key] = value``, the cache emptied first when it holds 512 entries."""
-    if len(cache) >= 512:
-        cache.clear()
-    cache[key] = value
 
 
 def _ahead_of_time(checked: _Checked, jitted, static: tuple, hp, *args):
@@ -321,7 +305,7 @@ def _prepared(strategy: Strategy, layout: Layout, update_batch_size, stop_criter
                       strategy.hyperparameters(layout.dim))
     prepared = (strategy.program(), hp, resolve_mesh(None), execution)
     try:
-        _remember(_PREPARED, key, prepared)
+        remember(_PREPARED, key, prepared)
     except TypeError:
         pass
     return prepared

@@ -48,6 +48,9 @@ def evolve(
     Pure: may be called under ``jax.jit``. Calling it again continues the run;
     two calls of ``n`` generations equal one call of ``2n`` bit for bit. A new
     value of a hyperparameter (``sigma``, a learning rate) does not recompile.
+    The arguments are checked before anything compiles, once per strategy,
+    fitness, state signature and settings: a later call with the same ones
+    goes straight to the compiled program (about 1 ms on a CPU).
 
     Args:
       strategy: ``es.OpenES``, ``es.SNES``, ``es.PGPE``, ``es.ARS``,

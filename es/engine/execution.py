@@ -91,6 +91,13 @@ def check_evolve_args(
         )
     if num_generations < 0:
         raise ValueError(f"num_generations={num_generations} is negative; use 0 or more generations.")
+    # The checks below trace strategy.init and the fitness (most of a warm call's time): once per signature.
+    key = None if fitness.on_host else (signature(strategy, state), fitness, mesh, exchange, eval_batch_size,
+                                        update_batch_size, stop_criteria)
+    try:
+        return _EVOLVE_CHECKED[key]
+    except (KeyError, TypeError):  # new, or unhashable (an identity-hashed host fitness is never remembered)
+        pass
     mesh = resolve_mesh(mesh)
     if strategy.popsize % mesh.size:
         raise ValueError(
@@ -109,7 +116,32 @@ def check_evolve_args(
     check_fitness_input(strategy, fitness, state, layout)
     execution = resolve_execution(strategy, layout, exchange, eval_batch_size, update_batch_size, mesh.size, fitness,
                                   stop_criteria)
+    if key is not None:
+        try:
+            remember(_EVOLVE_CHECKED, key, (mesh, execution))
+        except TypeError:  # an unhashable strategy or setting: checked every time
+            pass
     return mesh, execution
+
+
+_EVOLVE_CHECKED: dict = {}  # check_evolve_args's key -> (mesh, execution) of arguments that passed
+
+
+def signature(strategy: Strategy, state: State) -> tuple:
+    """``(strategy, the state's tree structure, each leaf's type, shape, dtype and weak type)``: everything the
+    checks of a (strategy, state) pair read, and what the programs compiled for the pair require of their
+    arguments (a state with the same signature passes the same checks)."""
+    leaves, treedef = jax.tree.flatten(state)
+    shapes = tuple((type(x), getattr(x, "shape", None), getattr(x, "dtype", None), getattr(x, "weak_type", False))
+                   for x in leaves)
+    return strategy, treedef, shapes
+
+
+def remember(cache: dict, key, value) -> None:
+    """``cache[key] = value``, the cache emptied first when it holds 512 entries."""
+    if len(cache) >= 512:
+        cache.clear()
+    cache[key] = value
 
 
 def check_noise(strategy: Strategy, state: State, layout: Layout) -> None:

@@ -37,6 +37,8 @@ def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
     if any(isinstance(x, jax.core.Tracer) for x in leaves):
         return jax.device_put(tree, sharding)
     if sharding.is_fully_addressable:  # this process's devices: read global inputs locally
+        if all(isinstance(x, jax.Array) and x.sharding == sharding for x in leaves):
+            return tree  # placed so already (a previous evolve's state): what device_put returns, in a tenth the time
         local = [_process_local(x) if isinstance(x, jax.Array) else x for x in leaves]
         return jax.tree.unflatten(treedef, jax.device_put(local, sharding))
     todo = [i for i, x in enumerate(leaves) if not _is_replicated_on(x, sharding)]
