@@ -450,7 +450,14 @@ def test_temporary_directories_that_a_failed_writes_other_arrays_create_later_ar
     from es.runs.checkpoint import SETTLE_S, Checkpointer
 
     partial = tmp_path / f"8{compat.orbax_tmp_suffix()}" / f"arrays{compat.orbax_tmp_suffix()}"
-    late = threading.Timer(SETTLE_S / 5, lambda: partial.mkdir(parents=True))
+
+    def write_partial():
+        try:
+            partial.mkdir(parents=True, exist_ok=True)
+        except OSError:  # removed between mkdir's steps (FileExistsError, then not a directory): again next time
+            pass
+
+    late = threading.Timer(SETTLE_S / 5, write_partial)
     late.start()
     Checkpointer.remove_partial_writes(tmp_path, settle_s=SETTLE_S)
     late.join()
@@ -459,10 +466,7 @@ def test_temporary_directories_that_a_failed_writes_other_arrays_create_later_ar
 
     def again():
         while not stop.wait(0.005):
-            try:
-                partial.mkdir(parents=True, exist_ok=True)
-            except OSError:  # removed between mkdir's steps (FileExistsError, then not a directory): again next time
-                pass
+            write_partial()
 
     writer = threading.Thread(target=again)
     writer.start()
