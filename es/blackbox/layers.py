@@ -60,8 +60,8 @@ def _batched(fun: Callable, points: PyTree) -> jax.Array:
     count = jax.tree.leaves(points)[0].shape[0]
     devices = jax.local_devices()
     used = max(n for n in range(1, len(devices) + 1) if count % n == 0)
-    if used == 1:  # numpy into the jitted call: its own transfer (device_put cost ~100 us more a call; jnp.asarray
-        return _vmapped(fun, points)  # compiled a program per shape)
+    if used == 1:  # numpy straight into the jitted call, which transfers it (jax.device_put first cost ~100 us
+        return _vmapped(fun, points)  # more a call; jnp.asarray compiled a program per shape)
     sharding = NamedSharding(jax.sharding.Mesh(devices[:used], (POPULATION_AXIS,)), P(POPULATION_AXIS))
     return _vmapped(fun, jax.device_put(points, sharding))
 
